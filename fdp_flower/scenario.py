@@ -1,0 +1,242 @@
+"""Typed, frozen scenario configuration (pydantic v2), parsed once per run.
+
+A scenario is nested models, one per concern; variants (data source, basis,
+step schedule, algorithm) are discriminated unions on ``kind``.  Unknown fields
+are errors (``extra="forbid"``) and validators only raise.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- data sources
+class PaperSimulation(_Frozen):
+    """The functional design of paper 000, Section 5 (spec section 1)."""
+
+    kind: Literal["paper_simulation"] = "paper_simulation"
+    n_samples: int = Field(100_000, ge=2, le=10_000_000, description="total samples n over all clients")
+    grid_points: int = Field(100, ge=5, le=10_000, description="equispaced grid points on [0, 1]")
+
+
+DataSource = Annotated[Union[PaperSimulation], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- bases
+class PooledBasis(_Frozen):
+    """FPCA on all curves (non-private; simulation studies only)."""
+
+    kind: Literal["pooled"] = "pooled"
+    n_components: int | None = Field(10, ge=1, le=200, description="K; null to choose by explained_variance")
+    explained_variance: float | None = Field(None, gt=0, le=1, description="cumulative ratio that fixes K")
+
+    @model_validator(mode="after")
+    def _one_of(self):
+        if (self.n_components is None) == (self.explained_variance is None):
+            raise ValueError("give exactly one of n_components and explained_variance")
+        return self
+
+
+class FixedBasis(_Frozen):
+    """A data-independent basis (costs no privacy)."""
+
+    kind: Literal["fixed"] = "fixed"
+    family: Literal["cosine", "fourier", "bspline"] = Field("cosine", description="basis family")
+    n_components: int = Field(10, ge=1, le=200, description="K")
+
+
+Basis = Annotated[Union[PooledBasis, FixedBasis], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- model
+class LossConfig(_Frozen):
+    kind: Literal["quantile", "absolute", "logistic", "squared"] = Field("quantile", description="per-sample loss")
+    tau: float = Field(0.5, gt=0, lt=1, description="quantile level (quantile loss)")
+    residual_bound: float = Field(1.0, gt=0, description="R: residual clip of the squared loss")
+
+
+class PenaltyConfig(_Frozen):
+    kind: Literal["l1", "l2", "elastic_net", "scad", "mcp", "none"] = Field("l1", description="penalty P")
+    lam: float = Field(0.05, ge=0, description="lambda: weight of P in sum_i f_i")
+    lam1: float = Field(1.0, ge=0, description="elastic net: weight of ||w||_1 inside P")
+    lam2: float = Field(1.0, ge=0, description="elastic net: weight of ||w||^2 inside P")
+
+
+class ModelConfig(_Frozen):
+    loss: LossConfig = LossConfig()
+    penalty: PenaltyConfig = PenaltyConfig()
+    clip_c1: float = Field(3.0, gt=0, description="c1: client-side row-norm clip of the features")
+
+
+# ---------------------------------------------------------------- step sizes
+class Theorem2Step(_Frozen):
+    kind: Literal["theorem2"] = "theorem2"
+    scale: float = Field(10.0, gt=0, le=1e4, description="multiplier of paper 000 Theorem 2's step")
+    c_w: float = Field(1.5, gt=0, description="a-priori bound on ||w*||")
+
+
+class ConstantStep(_Frozen):
+    kind: Literal["constant"] = "constant"
+    eta0: float = Field(1.0, gt=0, description="eta")
+
+
+class InvSqrtStep(_Frozen):
+    kind: Literal["inv_sqrt"] = "inv_sqrt"
+    eta0: float = Field(1.0, gt=0, description="eta0 in eta0 / sqrt(l)")
+
+
+class InvStep(_Frozen):
+    kind: Literal["inv"] = "inv"
+    eta0: float = Field(1.0, gt=0, description="eta0 in eta0 / l")
+
+
+StepConfig = Annotated[Union[Theorem2Step, ConstantStep, InvSqrtStep, InvStep], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- algorithms
+class FDPADMMConfig(_Frozen):
+    """FDP-ADMM (privacy on) / F-ADMM (privacy off), paper 000."""
+
+    kind: Literal["fdp_admm"] = "fdp_admm"
+    rho: float = Field(0.1, gt=0, description="ADMM penalty rho")
+    rounds: int = Field(30, ge=1, le=100_000, description="L: number of rounds")
+    step: StepConfig = Theorem2Step()
+
+
+Algorithm = Annotated[Union[FDPADMMConfig], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- privacy
+class PrivacyConfig(_Frozen):
+    enabled: bool = Field(True, description="false: no noise (F-ADMM)")
+    mode: Literal["per_round", "total"] = Field(
+        "per_round", description="per_round: (eps, delta) each round (paper rule); total: for the whole run")
+    eps: float = Field(0.5, gt=0, description="eps per round (per_round) or for the whole run (total)")
+    delta: float = Field(1.0e-5, gt=0, lt=1, description="delta per round (per_round) or total")
+    paper_constants: bool = Field(False, description="use the paper's G = c1 instead of the tight bound")
+
+    @model_validator(mode="after")
+    def _finite_eps(self):
+        if self.enabled and not math.isfinite(self.eps):
+            raise ValueError("eps must be finite when privacy is enabled (use enabled: false for eps = infinity)")
+        return self
+
+
+class FederationConfig(_Frozen):
+    num_clients: int = Field(10, ge=1, le=10_000, description="M: number of clients")
+
+
+class OutputConfig(_Frozen):
+    dir: str = Field("results", description="directory for results")
+    log_every: int = Field(1, ge=1, description="log metrics every this many rounds")
+
+
+class Scenario(_Frozen):
+    """A complete run description."""
+
+    name: str = Field("scenario", min_length=1, max_length=200, description="name used for result files")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds data and noise")
+    data: DataSource = PaperSimulation()
+    federation: FederationConfig = FederationConfig()
+    basis: Basis = PooledBasis()
+    model: ModelConfig = ModelConfig()
+    algorithm: Algorithm = FDPADMMConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
+    output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if isinstance(self.data, PaperSimulation) and self.data.n_samples < self.federation.num_clients:
+            raise ValueError(
+                f"federation.num_clients ({self.federation.num_clients}) exceeds data.n_samples "
+                f"({self.data.n_samples}): every client needs at least one sample")
+        return self
+
+
+class ScenarioError(ValueError):
+    """A scenario file or override that does not validate; the message is one line."""
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        parts.append(f"{loc or '<root>'}: {err['msg']}")
+    return f"{source}: " + "; ".join(parts)
+
+
+_UNION_TAGS = {"paper_simulation", "pooled", "fixed", "theorem2", "constant", "inv_sqrt", "inv", "fdp_admm"}
+
+
+def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    """Validate a mapping; raises :class:`ScenarioError` with a one-line message."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario must be a mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_error(source, exc)) from None
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(f"--set {dotted}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``a.b=value`` overrides applied (values parsed as YAML)."""
+    import copy
+
+    data = copy.deepcopy(data)
+    items = overrides.items() if isinstance(overrides, dict) else [_split_override(o) for o in overrides]
+    for key, value in items:
+        _set_path(data, key, value)
+    return data
+
+
+def _split_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ScenarioError(f"override {text!r} must look like section.field=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Read a YAML scenario file, apply overrides, validate.  Errors are one line naming file and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: scenario file not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return parse_scenario(data, str(path))
+
+
+def scenario_to_yaml(scenario: Scenario) -> str:
+    """The fully resolved scenario (defaults filled in) as YAML."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
