@@ -11,11 +11,25 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def tagged_union(*models: type[BaseModel], default: str | None = None):
+    """A union discriminated on ``kind``; a mapping without ``kind`` takes ``default``.
+
+    Every model must declare ``kind: Literal["..."] = "..."``.
+    """
+    def kind_of(value):
+        if isinstance(value, dict):
+            return value.get("kind", default)
+        return getattr(value, "kind", None)
+
+    members = tuple(Annotated[m, Tag(m.model_fields["kind"].default)] for m in models)
+    return Annotated[Union[members], Discriminator(kind_of)]  # type: ignore[valid-type]
 
 
 # ---------------------------------------------------------------- data sources
@@ -27,7 +41,7 @@ class PaperSimulation(_Frozen):
     grid_points: int = Field(100, ge=5, le=10_000, description="equispaced grid points on [0, 1]")
 
 
-DataSource = Annotated[Union[PaperSimulation], Field(discriminator="kind")]
+DataSource = tagged_union(PaperSimulation, default="paper_simulation")
 
 
 # ---------------------------------------------------------------- bases
@@ -53,7 +67,7 @@ class FixedBasis(_Frozen):
     n_components: int = Field(10, ge=1, le=200, description="K")
 
 
-Basis = Annotated[Union[PooledBasis, FixedBasis], Field(discriminator="kind")]
+Basis = tagged_union(PooledBasis, FixedBasis, default="pooled")
 
 
 # ---------------------------------------------------------------- model
@@ -79,7 +93,7 @@ class ModelConfig(_Frozen):
 # ---------------------------------------------------------------- step sizes
 class Theorem2Step(_Frozen):
     kind: Literal["theorem2"] = "theorem2"
-    scale: float = Field(10.0, gt=0, le=1e4, description="multiplier of paper 000 Theorem 2's step")
+    scale: float = Field(60.0, gt=0, le=1e4, description="multiplier of paper 000 Theorem 2's step (1 = the paper's; 60 converges in tens of rounds on the paper design)")
     c_w: float = Field(1.5, gt=0, description="a-priori bound on ||w*||")
 
 
@@ -98,7 +112,7 @@ class InvStep(_Frozen):
     eta0: float = Field(1.0, gt=0, description="eta0 in eta0 / l")
 
 
-StepConfig = Annotated[Union[Theorem2Step, ConstantStep, InvSqrtStep, InvStep], Field(discriminator="kind")]
+StepConfig = tagged_union(Theorem2Step, ConstantStep, InvSqrtStep, InvStep, default="theorem2")
 
 
 # ---------------------------------------------------------------- algorithms
@@ -111,7 +125,7 @@ class FDPADMMConfig(_Frozen):
     step: StepConfig = Theorem2Step()
 
 
-Algorithm = Annotated[Union[FDPADMMConfig], Field(discriminator="kind")]
+Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
 
 
 # ---------------------------------------------------------------- privacy

@@ -42,14 +42,16 @@ class StepSchedule:
 
 def theorem2_base(
     *, c_w: float, c1: float, c2: float, lam: float, num_clients: int, dim: int,
-    m: np.ndarray | float, eps: float | None, delta: float | None,
+    m: np.ndarray | float, noise_multiplier: float | None,
 ) -> np.ndarray:
-    """c_w / sqrt(2) * ((c1 + lam c2 / M)^2 + 8 K c1^2 ln(1.25/delta) / (m^2 eps^2))^(-1/2).
+    """c_w / sqrt(2) * ((c1 + lam c2 / M)^2 + K (2 c1 z / m)^2)^(-1/2).
 
-    Paper 000, Theorem 2 with the 1/sqrt(l) factor left out; ``eps=None`` (privacy
-    off) drops the noise term.
+    Paper 000, Theorem 2 with the 1/sqrt(l) factor left out.  With the paper's
+    per-round rule z = sqrt(2 ln(1.25/delta)) / eps the noise term is exactly its
+    8 K c1^2 ln(1.25/delta) / (m^2 eps^2); in total-budget mode z is the
+    calibrated multiplier.  ``noise_multiplier=None`` (privacy off) drops it.
     """
     m = np.asarray(m, dtype=float)
     first = (c1 + lam * c2 / num_clients) ** 2
-    noise = 0.0 if eps is None else 8 * dim * c1**2 * np.log(1.25 / delta) / (m**2 * eps**2)
+    noise = 0.0 if noise_multiplier is None else dim * (2.0 * c1 * noise_multiplier / m) ** 2
     return c_w / np.sqrt(2.0) / np.sqrt(first + noise)

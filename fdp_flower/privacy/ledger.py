@@ -15,6 +15,7 @@ import dp_accounting
 from dp_accounting import pld, rdp
 
 from fdp_flower.mechanisms import zcdp_to_dp
+from fdp_flower.privacy.calibration import composed_gaussian_event
 
 Neighbouring = Literal["replace_one", "add_remove"]
 
@@ -73,9 +74,7 @@ class PrivacySummary:
 def _dp_event(releases) -> dp_accounting.DpEvent:
     # The l2-sensitivity already encodes the neighbouring relation, so each
     # release is the sensitivity-1 Gaussian with multiplier sigma / Delta.
-    return dp_accounting.ComposedDpEvent(
-        [dp_accounting.GaussianDpEvent(r.noise_multiplier) for r in releases]
-    )
+    return composed_gaussian_event([r.noise_multiplier for r in releases])
 
 
 def rdp_epsilon(releases, delta: float) -> float:

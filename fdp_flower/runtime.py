@@ -1,0 +1,201 @@
+"""From a :class:`~fdp_flower.scenario.Scenario` to the objects every engine uses.
+
+The in-process engine, the Flower server app and the Flower client worker all
+build their losses, data, step sizes and noise from these functions, so that the
+engines cannot disagree on an update rule or a calibration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from fdp_flower import design
+from fdp_flower.clipping import clip_rows
+from fdp_flower.fdp_admm import FDPADMMState, Objective, primal_sensitivity
+from fdp_flower.fpca import FunctionalBasis, fit_pooled_fpca, fixed_basis
+from fdp_flower.losses import make_loss
+from fdp_flower.mechanisms import classic_gaussian_sigma
+from fdp_flower.penalties import Penalty
+from fdp_flower.privacy.calibration import calibrate_noise_multiplier
+from fdp_flower.reference import ReferenceSolution, pooled_objective, solve_reference
+from fdp_flower.scenario import (ConstantStep, FixedBasis, InvSqrtStep, InvStep, PaperSimulation,
+                                 PooledBasis, Scenario, Theorem2Step)
+from fdp_flower.schedules import StepSchedule, theorem2_base
+
+
+def build_objective(scenario: Scenario) -> Objective:
+    lc, pc = scenario.model.loss, scenario.model.penalty
+    loss = make_loss(lc.kind, tau=lc.tau, residual_bound=lc.residual_bound)
+    penalty = Penalty(pc.kind, lam1=pc.lam1, lam2=pc.lam2)
+    return Objective(loss=loss, penalty=penalty, lam=pc.lam, num_clients=scenario.federation.num_clients)
+
+
+def grid_of(scenario: Scenario) -> np.ndarray:
+    if isinstance(scenario.data, PaperSimulation):
+        return design.default_grid(scenario.data.grid_points)
+    raise ValueError(f"data source {scenario.data.kind!r} has no built-in grid")
+
+
+def partition_sizes(scenario: Scenario) -> np.ndarray:
+    """m_i of every client (public: the sensitivities use them)."""
+    if isinstance(scenario.data, PaperSimulation):
+        return np.diff(design.partition_bounds(scenario.data.n_samples, scenario.federation.num_clients))
+    raise ValueError(f"data source {scenario.data.kind!r} has no built-in partition sizes")
+
+
+def load_partition(scenario: Scenario, partition: int) -> design.CurveData:
+    """Client ``partition``'s curves and responses."""
+    if isinstance(scenario.data, PaperSimulation):
+        return design.simulate_partition(
+            scenario.seed, scenario.data.n_samples, scenario.federation.num_clients, partition,
+            tau=scenario.model.loss.tau, grid=grid_of(scenario))
+    raise ValueError(f"data source {scenario.data.kind!r} cannot be loaded here")
+
+
+def build_basis(scenario: Scenario, all_curves: np.ndarray | None = None) -> FunctionalBasis:
+    """The basis of the run.  ``pooled`` needs every curve (simulation only)."""
+    b = scenario.basis
+    grid = grid_of(scenario)
+    if isinstance(b, FixedBasis):
+        return fixed_basis(b.family, b.n_components, grid)
+    if isinstance(b, PooledBasis):
+        if all_curves is None:
+            raise ValueError("the pooled basis needs all curves: it is for simulation studies only")
+        return fit_pooled_fpca(all_curves, grid, n_components=b.n_components,
+                               explained_variance=b.explained_variance)
+    raise ValueError(f"basis {b.kind!r} is not supported by this engine")
+
+
+def client_features(scenario: Scenario, basis: FunctionalBasis, data: design.CurveData) -> tuple[np.ndarray, int]:
+    """Scores of the client's curves, rows clipped to c1 (returns features, rows clipped)."""
+    return clip_rows(basis.scores(data.curves), scenario.model.clip_c1)
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """Step sizes, sensitivities and noise of FDP-ADMM, from public quantities only.
+
+    noise multiplier z = sigma / Delta: per_round mode, the classic rule
+    sqrt(2 ln(1.25/delta)) / eps (paper 000, Theorem 1); total mode, calibrated
+    so that the L releases of each client compose to (eps, delta).
+    """
+
+    scenario: Scenario
+    dim: int
+
+    @property
+    def private(self) -> bool:
+        return self.scenario.privacy.enabled
+
+    @cached_property
+    def noise_multiplier(self) -> float | None:
+        p = self.scenario.privacy
+        if not p.enabled:
+            return None
+        if p.mode == "per_round":
+            return float(classic_gaussian_sigma(1.0, p.eps, p.delta))
+        return calibrate_noise_multiplier(p.eps, p.delta, [1.0] * self.scenario.algorithm.rounds)
+
+    @property
+    def gradient_bound(self) -> float:
+        objective = build_objective(self.scenario)
+        return objective.loss.gradient_bound(self.scenario.model.clip_c1,
+                                             paper_constants=self.scenario.privacy.paper_constants)
+
+    def step_size(self, round_: int, m) -> np.ndarray:
+        """eta_i^l for clients of sizes ``m`` (array or scalar)."""
+        s = self.scenario.algorithm.step
+        m = np.asarray(m, dtype=float)
+        if isinstance(s, Theorem2Step):
+            sc = self.scenario
+            objective = build_objective(sc)
+            c1 = sc.model.clip_c1
+            base = theorem2_base(
+                c_w=s.c_w, c1=c1, c2=objective.penalty.subgradient_bound(self.dim, s.c_w),
+                lam=objective.lam, num_clients=sc.federation.num_clients, dim=self.dim, m=m,
+                noise_multiplier=self.noise_multiplier)
+            return StepSchedule("theorem2", scale=s.scale)(round_, theorem2_base=base) * np.ones_like(m)
+        kind = {ConstantStep: "constant", InvSqrtStep: "inv_sqrt", InvStep: "inv"}[type(s)]
+        return StepSchedule(kind, eta0=s.eta0)(round_) * np.ones_like(m)
+
+    def release(self, round_: int, m) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(eta, sensitivity, sigma) of round ``round_`` for clients of sizes ``m``; sigma None if not private."""
+        eta = self.step_size(round_, m)
+        sensitivity = primal_sensitivity(gradient_bound=self.gradient_bound, m=m,
+                                         rho=self.scenario.algorithm.rho, eta=eta)
+        sigma = None if self.noise_multiplier is None else self.noise_multiplier * sensitivity
+        return eta, sensitivity, sigma
+
+
+@dataclass
+class Evaluator:
+    """Server-side metrics of a simulation, where the evaluator may see every client's data.
+
+    Not available in a real deployment (no one holds the pooled data); there the
+    history carries only what the server can compute from released values.
+    """
+
+    scenario: Scenario
+    basis: FunctionalBasis
+    features: list[np.ndarray]
+    responses: list[np.ndarray]
+    reference: ReferenceSolution | None
+
+    @cached_property
+    def objective(self) -> Objective:
+        return build_objective(self.scenario)
+
+    @cached_property
+    def beta(self) -> np.ndarray | None:
+        if isinstance(self.scenario.data, PaperSimulation):
+            return design.true_beta(self.basis.grid)
+        return None
+
+    def total_objective(self, w: np.ndarray) -> float:
+        ob = self.objective
+        return pooled_objective(w, self.features, self.responses, ob.loss, ob.penalty, ob.lam)
+
+    def mise(self, w: np.ndarray) -> float:
+        if self.beta is None:
+            return float("nan")
+        return float(design.mise(self.basis.function(w), self.beta, self.basis.grid))
+
+    def __call__(self, state: FDPADMMState) -> dict[str, float]:
+        ob = self.objective
+        loss_at_primals = np.mean([float(ob.loss.mean(state.noisy_primals[i], a, y))
+                                   for i, (a, y) in enumerate(zip(self.features, self.responses))])
+        wbar_i, wbar = state.average_noisy_primals, state.average_global_w
+        augmented = sum(float(ob.local_value(wbar_i[i], a, y)) + self.scenario.algorithm.rho
+                        * float(np.linalg.norm(wbar_i[i] - wbar))
+                        for i, (a, y) in enumerate(zip(self.features, self.responses)))
+        obj = self.total_objective(state.global_w)
+        out = {"mise": self.mise(state.global_w), "mise_avg": self.mise(wbar),
+               "empirical_loss": float(loss_at_primals), "objective": obj,
+               "augmented_objective": augmented}
+        if self.reference is not None:
+            ref = self.reference.objective
+            out["objective_gap"] = (obj - ref) / abs(ref)
+        return out
+
+
+def simulation_setup(scenario: Scenario, *, with_reference: bool = True):
+    """Everything a simulated run needs: per-client data, basis, features, evaluator."""
+    sizes = partition_sizes(scenario)
+    parts = [load_partition(scenario, i) for i in range(len(sizes))]
+    basis = build_basis(scenario, np.vstack([p.curves for p in parts])
+                        if isinstance(scenario.basis, PooledBasis) else None)
+    feats, clipped = zip(*(client_features(scenario, basis, p) for p in parts))
+    responses = [p.response for p in parts]
+    reference = None
+    if with_reference and scenario.model.penalty.kind in ("l1", "none", "l2", "elastic_net") \
+            and scenario.model.loss.kind in ("quantile", "absolute"):
+        ob = build_objective(scenario)
+        reference = solve_reference(list(feats), responses, ob.loss, ob.penalty, ob.lam)
+    evaluator = Evaluator(scenario, basis, list(feats), responses, reference)
+    return sizes, basis, list(feats), responses, list(clipped), evaluator
+
+
+def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
+    return FDPADMMState.initial(scenario.federation.num_clients, dim)
