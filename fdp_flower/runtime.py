@@ -18,7 +18,7 @@ from fdp_flower.fpca import FunctionalBasis, fit_pooled_fpca, fixed_basis
 from fdp_flower.losses import make_loss
 from fdp_flower.mechanisms import classic_gaussian_sigma
 from fdp_flower.penalties import Penalty
-from fdp_flower.privacy.calibration import calibrate_noise_multiplier
+from fdp_flower.privacy.calibration import calibrate_noise_multiplier, schedule_multipliers
 from fdp_flower.reference import ReferenceSolution, pooled_objective, solve_reference
 from fdp_flower.scenario import (ConstantStep, FixedBasis, InvSqrtStep, InvStep, PaperSimulation,
                                  PooledBasis, Scenario, Theorem2Step)
@@ -78,8 +78,9 @@ class NoisePlan:
     """Step sizes, sensitivities and noise of FDP-ADMM, from public quantities only.
 
     noise multiplier z = sigma / Delta: per_round mode, the classic rule
-    sqrt(2 ln(1.25/delta)) / eps (paper 000, Theorem 1); total mode, calibrated
-    so that the L releases of each client compose to (eps, delta).
+    sqrt(2 ln(1.25/delta)) / eps (paper 000, Theorem 1); total mode, the shape of
+    ``privacy.schedule`` scaled so that the L releases of each client compose to
+    (eps, delta) (:func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`).
     """
 
     scenario: Scenario
@@ -90,13 +91,27 @@ class NoisePlan:
         return self.scenario.privacy.enabled
 
     @cached_property
-    def noise_multiplier(self) -> float | None:
+    def noise_multipliers(self) -> np.ndarray | None:
+        """z_l for rounds l = 1..L (None if not private)."""
         p = self.scenario.privacy
         if not p.enabled:
             return None
+        rounds = self.scenario.algorithm.rounds
         if p.mode == "per_round":
-            return float(classic_gaussian_sigma(1.0, p.eps, p.delta))
-        return calibrate_noise_multiplier(p.eps, p.delta, [1.0] * self.scenario.algorithm.rounds)
+            return np.full(rounds, float(classic_gaussian_sigma(1.0, p.eps, p.delta)))
+        rel = schedule_multipliers(p.schedule.kind, rounds, **p.schedule.model_dump(exclude={"kind"}))
+        return calibrate_noise_multiplier(p.eps, p.delta, rel) * rel
+
+    @cached_property
+    def noise_multiplier(self) -> float | None:
+        """The constant z of the run; for a non-constant schedule, the constant z with the
+        same total zCDP, (L / sum_l z_l^-2)^(1/2) (used by the Theorem 2 step size)."""
+        z = self.noise_multipliers
+        if z is None:
+            return None
+        if np.all(z == z[0]):
+            return float(z[0])
+        return float(np.sqrt(len(z) / np.sum(z**-2.0)))
 
     @property
     def gradient_bound(self) -> float:
@@ -125,7 +140,10 @@ class NoisePlan:
         eta = self.step_size(round_, m)
         sensitivity = primal_sensitivity(gradient_bound=self.gradient_bound, m=m,
                                          rho=self.scenario.algorithm.rho, eta=eta)
-        sigma = None if self.noise_multiplier is None else self.noise_multiplier * sensitivity
+        z = self.noise_multipliers
+        if z is not None and not 1 <= round_ <= len(z):
+            raise ValueError(f"round {round_} is outside 1..{len(z)}: the noise was calibrated for {len(z)} rounds")
+        sigma = None if z is None else z[round_ - 1] * sensitivity
         return eta, sensitivity, sigma
 
 

@@ -129,6 +129,38 @@ Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
 
 
 # ---------------------------------------------------------------- privacy
+class ConstantSchedule(_Frozen):
+    """The same noise multiplier sigma / Delta every round."""
+
+    kind: Literal["constant"] = "constant"
+
+
+class GeometricSchedule(_Frozen):
+    """rho_l = rho_1 ratio^(l-1): the per-round zCDP grows, the noise variance shrinks (spec section 3)."""
+
+    kind: Literal["geometric"] = "geometric"
+    ratio: float = Field(1.05, ge=1, le=10, description="ratio rho_{l+1} / rho_l (>= 1)")
+
+
+class PeriodicSchedule(_Frozen):
+    """sigma_l^2 = sigma_1^2 decay^floor((l-1)/period) (paper 004, eq. (14))."""
+
+    kind: Literal["periodic"] = "periodic"
+    decay: float = Field(0.925, gt=0, le=1, description="R_P: factor on sigma^2 every `period` rounds")
+    period: int = Field(1, ge=1, le=100_000, description="K_p: rounds per decay step")
+
+
+class IterationSchedule(_Frozen):
+    """rho_1 in round 1, rho_{k+1} = rate k (k+1) rho_1 (paper 004, eq. (15) in its rho form)."""
+
+    kind: Literal["iteration"] = "iteration"
+    rate: float = Field(0.015, gt=0, le=1e6, description="R_T: growth rate of the per-round zCDP")
+
+
+NoiseSchedule = tagged_union(ConstantSchedule, GeometricSchedule, PeriodicSchedule, IterationSchedule,
+                             default="constant")
+
+
 class PrivacyConfig(_Frozen):
     enabled: bool = Field(True, description="false: no noise (F-ADMM)")
     mode: Literal["per_round", "total"] = Field(
@@ -136,11 +168,17 @@ class PrivacyConfig(_Frozen):
     eps: float = Field(0.5, gt=0, description="eps per round (per_round) or for the whole run (total)")
     delta: float = Field(1.0e-5, gt=0, lt=1, description="delta per round (per_round) or total")
     paper_constants: bool = Field(False, description="use the paper's G = c1 instead of the tight bound")
+    schedule: NoiseSchedule = Field(
+        ConstantSchedule(), description="shape of the per-round noise multipliers sigma/Delta; total mode "
+                                        "scales it to meet (eps, delta); per_round mode needs constant")
 
     @model_validator(mode="after")
     def _finite_eps(self):
         if self.enabled and not math.isfinite(self.eps):
             raise ValueError("eps must be finite when privacy is enabled (use enabled: false for eps = infinity)")
+        if self.mode == "per_round" and self.schedule.kind != "constant":
+            raise ValueError(f"schedule {self.schedule.kind!r} needs mode: total (per_round applies the "
+                             "paper's rule, the same eps every round)")
         return self
 
 
@@ -187,7 +225,8 @@ def _format_error(source: str, exc: ValidationError) -> str:
     return f"{source}: " + "; ".join(parts)
 
 
-_UNION_TAGS = {"paper_simulation", "pooled", "fixed", "theorem2", "constant", "inv_sqrt", "inv", "fdp_admm"}
+_UNION_TAGS = {"paper_simulation", "pooled", "fixed", "theorem2", "constant", "inv_sqrt", "inv", "fdp_admm",
+               "geometric", "periodic", "iteration"}
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
