@@ -17,7 +17,7 @@ import numpy as np
 from fdp_flower.fdp_admm import FDPADMMState, client_primal_step
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.mechanisms import add_gaussian_noise, release_rng
-from fdp_flower.privacy import GaussianRelease, PrivacyLedger
+from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.reference import ReferenceSolution
 from fdp_flower.runtime import NoisePlan, build_objective, initial_state, simulation_setup
 from fdp_flower.scenario import Scenario
@@ -69,8 +69,14 @@ def accounting_delta(scenario: Scenario) -> float:
 
 
 def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | None = None,
-                 with_reference: bool = True) -> RunResult:
-    """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation."""
+                 with_reference: bool = True, total_budget: tuple[float, float] | None = None) -> RunResult:
+    """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation.
+
+    ``total_budget`` (eps, delta) is enforced by a :class:`~fdp_flower.privacy.BudgetGuard`
+    before every round's releases (default: the scenario's budget in total mode, none
+    in per_round mode); if a round would exceed it, the run stops before that round,
+    keeps its history and says why in ``stop_reason``.
+    """
     t0 = time.perf_counter()
     sizes, basis, features, responses, clipped, evaluator = simulation_setup(
         scenario, with_reference=with_reference)
@@ -83,8 +89,21 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     result = RunResult(scenario, state, basis=basis, reference=evaluator.reference,
                        clipped_rows=clipped, sample_sizes=[int(m) for m in sizes])
     log.info("setup done in %.1fs (K=%d, M=%d)", time.perf_counter() - t0, dim, len(sizes))
+    p = scenario.privacy
+    if total_budget is None and p.enabled and p.mode == "total":
+        total_budget = (p.eps, p.delta)
+    guard = None if total_budget is None else BudgetGuard(result.ledger, *total_budget)
     for round_ in range(1, scenario.algorithm.rounds + 1):
         eta, sensitivity, sigma = plan.release(round_, sizes)
+        planned = [] if sigma is None else [
+            GaussianRelease(i, round_, float(sensitivity[i]), float(sigma[i]))
+            for i in range(len(sizes))]
+        if guard is not None and planned:
+            try:
+                guard.check(planned)  # before any noise is drawn or released
+            except BudgetExhausted as exc:
+                result.stop_reason = exc.reason
+                break
         primals = client_primal_step(
             objective=objective, noisy_primal=state.noisy_primals, global_w=state.global_w[None, :],
             dual=state.duals, features=f, response=y, eta=eta[:, None], rho=rho, mask=mask)
@@ -93,8 +112,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
         else:
             noisy = np.stack([add_gaussian_noise(primals[i], sigma[i], release_rng(scenario.seed, i, round_))
                               for i in range(len(sizes))])
-            for i in range(len(sizes)):
-                result.ledger.record(GaussianRelease(i, round_, float(sensitivity[i]), float(sigma[i])))
+            result.ledger.record_many(planned)
         state = state.advance(noisy, rho)
         row = {"round": round_, "eta_mean": float(np.mean(eta)), **evaluator(state)}
         if sigma is not None:
