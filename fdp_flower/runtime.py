@@ -217,3 +217,11 @@ def simulation_setup(scenario: Scenario, *, with_reference: bool = True):
 
 def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
     return FDPADMMState.initial(scenario.federation.num_clients, dim)
+
+
+def privacy_columns(ledger, delta: float) -> dict[str, float]:
+    """Cheap per-round privacy figures of the worst-off client (zCDP and RDP; PLD at the end)."""
+    summary = ledger.worst_case(delta, with_pld=False)
+    if summary is None:
+        return {"zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
+    return {"zcdp_rho": summary.zcdp_rho, "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}

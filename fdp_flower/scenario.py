@@ -171,6 +171,9 @@ class PrivacyConfig(_Frozen):
     schedule: NoiseSchedule = Field(
         ConstantSchedule(), description="shape of the per-round noise multipliers sigma/Delta; total mode "
                                         "scales it to meet (eps, delta); per_round mode needs constant")
+    report_clipped_rows: bool = Field(
+        False, description="clients send their count of clipped rows (a data-dependent count outside the "
+                           "DP guarantee; always sent when privacy is off)")
 
     @model_validator(mode="after")
     def _finite_eps(self):
@@ -293,3 +296,28 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
 def scenario_to_yaml(scenario: Scenario) -> str:
     """The fully resolved scenario (defaults filled in) as YAML."""
     return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+
+
+def resolve_scenario_path(path: str | Path, search_dirs: list[Path] | None = None) -> Path:
+    """An absolute path, or the first of cwd / ``search_dirs`` holding ``path``."""
+    path = Path(path)
+    if path.is_absolute():
+        return path
+    for base in [Path.cwd(), *(search_dirs or [])]:
+        if (base / path).is_file():
+            return base / path
+    return path
+
+
+def parse_override_string(text: str) -> list[str]:
+    """``"a.b=1; c.d=x"`` -> ``["a.b=1", "c.d=x"]`` (the Flower run-config form of --set)."""
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+def scenario_from_run_config(run_config: dict[str, Any]) -> Scenario:
+    """The scenario named by a Flower run config (keys ``scenario`` and ``overrides``)."""
+    if "scenario" not in run_config:
+        raise ScenarioError("run config: missing key 'scenario' (path to a scenario YAML file)")
+    app_dir = Path(__file__).resolve().parents[1]
+    path = resolve_scenario_path(str(run_config["scenario"]), [app_dir])
+    return load_scenario(path, parse_override_string(str(run_config.get("overrides", ""))))

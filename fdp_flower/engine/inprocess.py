@@ -19,7 +19,7 @@ from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.mechanisms import add_gaussian_noise, release_rng
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.reference import ReferenceSolution
-from fdp_flower.runtime import NoisePlan, build_objective, initial_state, simulation_setup
+from fdp_flower.runtime import NoisePlan, build_objective, initial_state, privacy_columns, simulation_setup
 from fdp_flower.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -53,14 +53,6 @@ def stack_clients(features: list[np.ndarray], responses: list[np.ndarray]):
     for i, (a, r) in enumerate(zip(features, responses)):
         f[i, : len(r)], y[i, : len(r)], mask[i, : len(r)] = a, r, 1.0
     return f, y, mask
-
-
-def privacy_columns(ledger: PrivacyLedger, delta: float) -> dict[str, float]:
-    """Cheap per-round privacy figures of the worst-off client (zCDP and RDP)."""
-    summary = ledger.worst_case(delta, with_pld=False)
-    if summary is None:
-        return {"zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
-    return {"zcdp_rho": summary.zcdp_rho, "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}
 
 
 def accounting_delta(scenario: Scenario) -> float:

@@ -1,0 +1,74 @@
+"""The ``fdp-flower`` command line.  Subcommands register themselves here."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from fdp_flower.scenario import ScenarioError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fdp_flower.engine.inprocess import run_fdp_admm
+    from fdp_flower.results import summarize, write_results
+    from fdp_flower.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set)
+    rounds = scenario.algorithm.rounds
+
+    def progress(round_: int, row: dict) -> None:
+        if round_ % max(1, rounds // 20) == 0 or round_ == rounds:
+            shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("mise", "objective_gap", "eps_rdp") if k in row)
+            print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
+
+    result = run_fdp_admm(scenario, progress=progress)
+    out = write_results(result, args.out or f"{scenario.output.dir}/{scenario.name}")
+    summary = summarize(result)
+    print(f"final MISE = {summary['final'].get('mise', float('nan')):.5f}")
+    if summary["privacy"].get("private"):
+        print(f"privacy spent per client: eps = {summary['privacy']['eps']:.4f} at delta = "
+              f"{summary['privacy']['delta']:g} (worst client, PLD accounting)")
+    print(f"results: {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fdp-flower", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a scenario with the in-process engine")
+    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("--set", action="append", default=[], metavar="A.B=VALUE", help="override a field")
+    run.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
+    run.set_defaults(func=_cmd_run)
+    for register in _registered():
+        register(sub)
+    return parser
+
+
+def _registered():
+    """Subcommands contributed by other modules (privacy calculator, sweeps, ...)."""
+    hooks = []
+    for module in ("fdp_flower.cli_privacy",):
+        try:
+            hooks.append(__import__(module, fromlist=["register"]).register)
+        except ImportError:
+            continue
+    return hooks
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""FDP-ADMM client worker: one local step on the client's own data (spec section 1, step 1).
+
+Pure function of (scenario, partition, message contents): the client keeps no
+state between rounds.  Noise is calibrated and added here, on the client, from
+public quantities (its sample count m_i, the round, the scenario).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fdp_flower.fdp_admm import client_primal_step
+from fdp_flower.fpca import FunctionalBasis
+from fdp_flower.mechanisms import add_gaussian_noise, release_rng
+from fdp_flower.runtime import NoisePlan, build_objective, client_features
+from fdp_flower.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """What a client releases: its noisy primal and public bookkeeping."""
+
+    noisy_primal: np.ndarray
+    partition: int
+    num_examples: int
+    eta: float
+    sensitivity: float
+    sigma: float  # 0.0 when privacy is off
+    clipped_rows: int
+
+
+def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: FunctionalBasis, *,
+                           global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
+                           round_: int) -> ClientReply:
+    """Compute w_i^l from (w^{l-1}, g_i^{l-1}, wt_i^{l-1}) and release wt_i^l = w_i^l + N(0, sigma^2 I)."""
+    dim = basis.n_components
+    for name, arr in (("global_w", global_w), ("dual", dual), ("noisy_primal", noisy_primal)):
+        if np.shape(arr) != (dim,):
+            raise ValueError(f"{name} must have shape ({dim},), got {np.shape(arr)}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} contains NaN or infinite values")
+    features, clipped = client_features(scenario, basis, data)
+    m = features.shape[0]
+    plan = NoisePlan(scenario, dim)
+    eta, sensitivity, sigma = plan.release(round_, m)
+    primal = client_primal_step(objective=build_objective(scenario), noisy_primal=noisy_primal,
+                                global_w=global_w, dual=dual, features=features, response=data.response,
+                                eta=float(eta), rho=scenario.algorithm.rho)
+    if sigma is None:
+        released, sigma_value = primal, 0.0
+    else:
+        released = add_gaussian_noise(primal, float(sigma), release_rng(scenario.seed, partition, round_))
+        sigma_value = float(sigma)
+    return ClientReply(released, partition, m, float(eta), float(sensitivity), sigma_value, clipped)

@@ -1,0 +1,100 @@
+"""The budget guard: a release that would exceed the total budget is never made."""
+import logging
+
+import numpy as np
+import pytest
+
+from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
+from fdp_flower.scenario import parse_scenario
+
+DELTA = 1e-5
+
+
+def guarded_loop(guard, ledger, rounds, sens, sigma):
+    """What an engine does: check before releasing, record after (same sigma for every client)."""
+    for t in range(1, rounds + 1):
+        planned = [GaussianRelease(c, t, float(sens[c]), float(sigma[t - 1])) for c in range(len(sens))]
+        try:
+            guard.check(planned)
+        except BudgetExhausted as exc:
+            return t, exc
+        ledger.record_many(planned)
+    return None, None
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "zcdp"])
+def test_guard_stops_before_the_release_that_would_exceed(accountant):
+    rng = np.random.default_rng(3)
+    sigma = 0.02 * rng.uniform(3.0, 6.0, 15)
+    sens = np.array([0.01, 0.02])  # client 1 (more sensitive) spends more
+    # reference: eps of client 1 after each round, by the same accountant
+    probe = PrivacyLedger()
+    eps_after = []
+    for t in range(1, 16):
+        probe.record(GaussianRelease(1, t, float(sens[1]), float(sigma[t - 1])))
+        eps_after.append(BudgetGuard(probe, 1.0, DELTA, accountant).epsilon(probe.of_client(1)))
+    budget = 0.5 * (eps_after[7] + eps_after[8])  # between rounds 8 and 9
+    ledger = PrivacyLedger()
+    guard = BudgetGuard(ledger, budget, DELTA, accountant)
+    stopped, exc = guarded_loop(guard, ledger, 15, sens, sigma)
+    assert stopped == 9
+    assert exc.client == 1 and exc.round == 9 and exc.last_round == 8
+    assert exc.eps_after == pytest.approx(eps_after[8], rel=1e-9) and exc.eps_after > budget
+    assert "round 9" in exc.reason and "stopped before it" in exc.reason and accountant in exc.reason
+    assert ledger.rounds == list(range(1, 9))  # nothing of round 9 was recorded
+    report = guard.report()
+    assert report.refused == exc.reason
+    assert report.worst_client == 1 and 0 <= report.remaining < budget
+    assert report.worst_eps == pytest.approx(eps_after[7], rel=1e-9)
+
+
+def test_guard_never_lets_spend_exceed_the_budget():
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        z = rng.uniform(2.0, 10.0, 12)
+        budget = float(rng.uniform(0.3, 2.0))
+        ledger = PrivacyLedger()
+        guard = BudgetGuard(ledger, budget, DELTA, "rdp")
+        guarded_loop(guard, ledger, 12, np.array([1.0]), z)
+        assert ledger.summary(0, DELTA, with_pld=False).eps_rdp <= budget
+
+
+def test_guard_arguments():
+    with pytest.raises(ValueError, match="eps_total"):
+        BudgetGuard(PrivacyLedger(), 0.0, DELTA)
+    with pytest.raises(ValueError, match="accountant"):
+        BudgetGuard(PrivacyLedger(), 1.0, DELTA, "moments")
+    assert BudgetGuard(PrivacyLedger(), 1.0, DELTA).refusal([]) is None
+
+
+SMALL = {"data": {"n_samples": 1500}, "federation": {"num_clients": 3}, "algorithm": {"rounds": 8},
+         "basis": {"kind": "fixed", "n_components": 4}, "privacy": {"eps": 0.5, "delta": 1e-5}}
+
+
+def test_engine_stops_cleanly_before_exceeding(caplog):
+    from fdp_flower.cli_privacy import fdp_admm_ledger
+    from fdp_flower.engine.inprocess import run_fdp_admm
+
+    sc = parse_scenario(SMALL)
+    full, _ = fdp_admm_ledger(sc)  # the releases the run would make, without training
+    worst = full.worst_case(DELTA).client
+    eps = [full.summary(worst, DELTA, up_to_round=t).eps_pld for t in range(1, 9)]
+    budget = 0.5 * (eps[4] + eps[5])  # rounds 1-5 fit, round 6 would not
+    with caplog.at_level(logging.WARNING):
+        result = run_fdp_admm(sc, with_reference=False, total_budget=(budget, DELTA))
+    assert "round 6" in result.stop_reason and "exhausted" in result.stop_reason
+    assert [row["round"] for row in result.history] == [1, 2, 3, 4, 5]  # history kept
+    assert result.ledger.rounds == [1, 2, 3, 4, 5]
+    assert result.ledger.worst_case(DELTA).eps_pld <= budget
+    assert np.all(np.isfinite(result.state.global_w))
+    assert any("exhausted" in r.getMessage() for r in caplog.records)
+
+
+def test_engine_total_mode_completes_within_budget():
+    from fdp_flower.engine.inprocess import run_fdp_admm
+
+    sc = parse_scenario({**SMALL, "privacy": {"mode": "total", "eps": 1.0, "delta": 1e-5,
+                                              "schedule": {"kind": "periodic", "decay": 0.8, "period": 2}}})
+    result = run_fdp_admm(sc, with_reference=False)
+    assert result.stop_reason == "completed" and len(result.history) == 8
+    assert 0.97 <= result.ledger.worst_case(DELTA).eps_pld <= 1.0
