@@ -1,0 +1,255 @@
+"""DP-ADMM / DP-AccADMM (paper 003; spec section 5): update rules, Theorem 1, ledger, reference, engine."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fdp_flower.data import load_breast_cancer_binary, train_test_split_binary
+from fdp_flower.engine.gradient_admm import (
+    GradientADMMProblem,
+    GradientPrivacy,
+    run_gradient_admm,
+    split_clients,
+)
+from fdp_flower.gradient_admm import (
+    aggregate_gradients,
+    check_gamma,
+    client_release,
+    dual_update,
+    extrapolate,
+    gradient_sensitivity,
+    graph_guided_matrix,
+    min_gamma,
+    next_theta,
+    privacy_report,
+    soft_threshold,
+    spectral_norm_gram,
+    theorem1_alpha,
+    theorem1_epsilon,
+    theorem1_sigma,
+    under_neighbouring,
+    x_update,
+    y_update,
+)
+from fdp_flower.gradient_admm_reference import optimality_residual, solve_generalized_lasso
+from fdp_flower.losses import LogisticLoss, QuantileLoss
+from fdp_flower.mechanisms import release_rng
+from fdp_flower.privacy import PrivacyLedger
+from fdp_flower.privacy.ledger import rdp_epsilon
+
+LOSS = LogisticLoss()
+
+
+# ---------------------------------------------------------------- update rules
+def test_y_update_is_the_argmin_of_eq3():
+    """y_t minimizes lam ||y||_1 + rho/2 ||A x - y + u||^2: 0 in lam d|y| - rho (v - y), v = A x + u."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(7, 4))
+    x, u = rng.normal(size=4), rng.normal(size=7)
+    lam, rho = 0.3, 0.7
+    y = y_update(a, x, u, lam=lam, rho=rho)
+    v = a @ x + u
+    nz = y != 0
+    # on the support: rho (v - y) = lam sign(y); off it: |rho v| <= lam
+    np.testing.assert_allclose(rho * (v[nz] - y[nz]), lam * np.sign(y[nz]), atol=1e-12)
+    assert np.all(np.abs(rho * v[~nz]) <= lam + 1e-12)
+    # and no random perturbation does better
+    obj = lambda z: lam * np.abs(z).sum() + rho / 2 * np.sum((v - z) ** 2)  # noqa: E731
+    for _ in range(200):
+        assert obj(y) <= obj(y + 0.05 * rng.normal(size=7)) + 1e-12
+
+
+def test_x_update_solves_eq7():
+    """The closed form zeroes the gradient of <g, x> + rho/2 ||A x - y + u||^2 + ||x - xh||_G^2 / (2 eta)."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(9, 5))
+    xh, y, u, g = rng.normal(size=5), rng.normal(size=9), rng.normal(size=9), rng.normal(size=5)
+    rho, eta = 0.8, 0.5
+    gam = min_gamma(eta=eta, rho=rho, gram_norm=spectral_norm_gram(a)) + 0.25
+    x = x_update(a, xh, g, y, u, rho=rho, eta=eta, gamma=gam)
+    big_g = gam * np.eye(5) - eta * rho * a.T @ a
+    assert np.linalg.eigvalsh(big_g).min() >= 1 - 1e-9  # G >= I
+    stationarity = g + rho * a.T @ (a @ x - y + u) + big_g @ (x - xh) / eta
+    np.testing.assert_allclose(stationarity, 0.0, atol=1e-10)
+
+
+def test_gamma_condition_is_enforced():
+    """The paper's experiments use gam = 1 < eta rho ||A^T A|| + 1: refused."""
+    with pytest.raises(ValueError, match="gamma"):
+        check_gamma(1.0, eta=1.0, rho=1.0, gram_norm=3.0)
+    assert check_gamma(4.0, eta=1.0, rho=1.0, gram_norm=3.0) == 4.0
+
+
+def test_dual_update_and_nesterov():
+    a = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_allclose(dual_update(a, np.ones(3), np.array([1.0, 2.0]), np.zeros(3)), 1 + a @ [1, 2])
+    th = [1.0]
+    for _ in range(50):
+        th.append(next_theta(th[-1]))
+    assert th[1] == pytest.approx((1 + math.sqrt(5)) / 2)
+    # theta_{t+1}^2 - theta_{t+1} = theta_t^2 and theta_t >= (t + 1) / 2
+    for t in range(1, 50):
+        assert th[t] ** 2 - th[t] == pytest.approx(th[t - 1] ** 2)
+        assert th[t - 1] >= (t + 1) / 2 - 1e-12
+    # first step has no momentum (theta_1 = 1)
+    np.testing.assert_array_equal(extrapolate(np.ones(2), np.zeros(2), 1.0, th[1]), np.ones(2))
+
+
+def test_weighted_aggregate_is_the_pooled_gradient():
+    """sum_i (m_i/n) grad f_i = grad of the pooled mean loss (federated = centralized without noise)."""
+    rng = np.random.default_rng(2)
+    feats = [rng.normal(size=(m, 4)) for m in (3, 11, 6)]
+    labs = [np.sign(rng.normal(size=len(f))) for f in feats]
+    x = rng.normal(size=4)
+    grads = np.stack([LOSS.mean_subgradient(x, f, y) for f, y in zip(feats, labs)])
+    pooled = LOSS.mean_subgradient(x, np.vstack(feats), np.concatenate(labs))
+    np.testing.assert_allclose(aggregate_gradients(grads, [3, 11, 6]), pooled, atol=1e-14)
+
+
+# ---------------------------------------------------------------- Theorem 1 and the ledger
+def test_theorem1_sigma_matches_the_printed_formula_and_composes_to_eps():
+    c, n, T, eps, delta, mu = 1.0, 3257, 100, 0.5, 1e-3, 0.5
+    alpha = theorem1_alpha(eps, delta, mu)
+    assert alpha == pytest.approx(math.log(1 / delta) / ((1 - mu) * eps) + 1)
+    sens = gradient_sensitivity(c, n, "add_remove")
+    sigma = float(theorem1_sigma(sens, rounds=T, eps=eps, delta=delta, mu=mu))
+    assert sigma**2 == pytest.approx(c**2 * alpha * T / (2 * n**2 * eps * mu), rel=1e-12)  # eq. (8)
+    releases = PrivacyLedger()
+    from fdp_flower.gradient_admm import make_releases
+
+    for t in range(1, T + 1):
+        releases.record_many(make_releases(round_=t, sensitivities=[sens], sigmas=[sigma],
+                                           neighbouring="add_remove"))
+    # fixed-order RDP route of the proof: exactly eps (add/remove)
+    assert theorem1_epsilon(releases.releases, delta=delta, alpha=alpha) == pytest.approx(eps, rel=1e-12)
+    # the accountant optimises the order, so it can only be tighter
+    assert rdp_epsilon(releases.releases, delta) <= eps * (1 + 1e-9)
+    # replace-one doubles the sensitivity: RDP x4, eps = 4 mu eps + (1 - mu) eps at the same alpha
+    swapped = under_neighbouring(releases, "replace_one")
+    assert swapped.releases[0].sensitivity == pytest.approx(2 * sens)
+    assert theorem1_epsilon(swapped.releases, delta=delta, alpha=alpha) == pytest.approx(
+        4 * mu * eps + (1 - mu) * eps, rel=1e-12)
+    rep = {r.neighbouring: r for r in privacy_report(releases, delta=delta, alpha=alpha)}
+    assert rep["add_remove"].eps_theorem1 == pytest.approx(eps)
+    assert rep["replace_one"].eps_rdp > rep["add_remove"].eps_rdp
+    # calibrating for replace-one doubles sigma and restores eps under replace-one
+    sig2 = theorem1_sigma(gradient_sensitivity(c, n, "replace_one"), rounds=T, eps=eps, delta=delta, mu=mu)
+    assert float(sig2) == pytest.approx(2 * sigma)
+
+
+def test_sensitivity_validation():
+    assert gradient_sensitivity(2.0, 4, "add_remove") == pytest.approx(0.5)
+    assert gradient_sensitivity(2.0, 4, "replace_one") == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="neighbouring"):
+        gradient_sensitivity(1.0, 4, "swap")
+    with pytest.raises(ValueError, match="mu"):
+        theorem1_alpha(1.0, 1e-3, 1.0)
+
+
+def test_client_release_draws_the_release_rng_noise():
+    rng = np.random.default_rng(3)
+    a, y = rng.normal(size=(20, 3)), np.sign(rng.normal(size=20))
+    x = rng.normal(size=3)
+    clean = client_release(loss=LOSS, x_hat=x, features=a, response=y, sigma=None, seed=5, client=2, round_=7)
+    noisy = client_release(loss=LOSS, x_hat=x, features=a, response=y, sigma=0.3, seed=5, client=2, round_=7)
+    np.testing.assert_array_equal(noisy, clean + 0.3 * release_rng(5, 2, 7).standard_normal(3))
+
+
+# ---------------------------------------------------------------- fixtures on breast cancer
+@pytest.fixture(scope="module")
+def cancer():
+    x, y = load_breast_cancer_binary(c1=1.0)
+    split = train_test_split_binary(x, y, test_fraction=0.3, rng=np.random.default_rng(0))
+    a = graph_guided_matrix(split.x_train, alpha=0.3)
+    lam = 1e-3
+    ref = solve_generalized_lasso(LOSS, split.x_train, split.y_train, a, lam)
+    fa, fy = split_clients(split.x_train, split.y_train, 5, np.random.default_rng(1))
+    problem = GradientADMMProblem.from_clients(loss=LOSS, matrix=a, lam=lam, features=fa, responses=fy, c1=1.0,
+                                               test_features=split.x_test, test_labels=split.y_test)
+    return problem, ref, split
+
+
+def test_graph_guided_matrix_shape(cancer):
+    problem, _, _ = cancer
+    a = problem.matrix
+    d = problem.dim
+    np.testing.assert_array_equal(a[-d:], np.eye(d))  # A = [W; I]
+    w = a[:-d]
+    assert len(w) > 0
+    assert np.all(np.count_nonzero(w, axis=1) == 2)  # one edge per row: e_j -/+ e_k
+    assert np.all(np.abs(w).sum(axis=1) == 2)
+
+
+def test_reference_satisfies_optimality(cancer):
+    problem, ref, split = cancer
+    res = optimality_residual(LOSS, ref.x, split.x_train, split.y_train, problem.matrix, problem.lam)
+    assert res < 1e-6
+    # and beats random nearby points
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        assert ref.objective <= problem.objective(ref.x + 1e-3 * rng.normal(size=problem.dim)) + 1e-12
+
+
+def test_reference_quantile_lp_matches_a_direct_check():
+    """Check loss + lasso: the LP optimum is below every perturbation (convex, piecewise linear)."""
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(40, 3))
+    y = a @ np.array([1.0, -2.0, 0.5]) + rng.standard_t(3, size=40)
+    loss = QuantileLoss(tau=0.3)
+    sol = solve_generalized_lasso(loss, a, y, np.eye(3), 0.05)
+    obj = lambda w: float(loss.mean(w, a, y)) + 0.05 * np.abs(w).sum()  # noqa: E731
+    for _ in range(100):
+        assert sol.objective <= obj(sol.x + 0.01 * rng.normal(size=3)) + 1e-9
+
+
+def test_nonprivate_admm_reaches_relative_gap_1e3(cancer):
+    problem, ref, _ = cancer
+    res = run_gradient_admm(problem, rounds=1000, rho=0.03, eta=4.0, reference_objective=ref.objective,
+                            eval_every=10)
+    assert res.history[-1]["relative_gap"] <= 1e-3
+    assert res.history[-1]["relative_gap"] >= -1e-8  # never below the optimum (up to solver tolerance)
+
+
+def test_nonprivate_accadmm_is_faster_than_admm(cancer):
+    problem, ref, _ = cancer
+    hits = {}
+    for acc in (False, True):
+        res = run_gradient_admm(problem, rounds=6000, rho=0.3, eta=4.0, accelerated=acc,
+                                reference_objective=ref.objective, eval_every=5)
+        hits[acc] = res.first_round_below("relative_gap", 1e-3)
+    assert hits[False] is not None and hits[True] is not None
+    assert hits[True] < hits[False] / 5
+
+
+def test_private_run_is_reproducible_and_ledgered(cancer):
+    problem, ref, _ = cancer
+    priv = GradientPrivacy(eps=1.0, delta=1e-3)
+    kw = dict(rounds=30, rho=0.3, eta=4.0, privacy=priv, keep_iterates=True, eval_every=30)
+    r1 = run_gradient_admm(problem, seed=11, **kw)
+    r2 = run_gradient_admm(problem, seed=11, **kw)
+    r3 = run_gradient_admm(problem, seed=12, **kw)
+    for a, b in zip(r1.iterates, r2.iterates):
+        np.testing.assert_array_equal(a, b)
+    assert not np.allclose(r1.iterates[-1], r3.iterates[-1])
+    # one release per client and round, local calibration with each client's own m_i
+    assert len(r1.ledger.releases) == 30 * problem.num_clients
+    rel = r1.ledger.releases[0]
+    assert rel.mechanism == "gaussian_gradient" and rel.neighbouring == "add_remove"
+    np.testing.assert_allclose(r1.sensitivities, 1.0 / problem.counts)  # c = c1 = 1 for the logistic loss
+    np.testing.assert_allclose(r1.sigmas * problem.counts, r1.sigmas[0] * problem.counts[0])
+    # the whole run spends the target eps per client under add/remove (Theorem 1)
+    rep = {r.neighbouring: r for r in privacy_report(r1.ledger, delta=1e-3, alpha=priv.alpha)}
+    assert rep["add_remove"].eps_theorem1 == pytest.approx(1.0)
+    assert rep["replace_one"].eps_theorem1 == pytest.approx(4 * 0.5 + 0.5)
+
+
+def test_paper_initial_dual_is_refused_under_privacy(cancer):
+    problem, _, _ = cancer
+    with pytest.raises(ValueError, match="init_dual"):
+        run_gradient_admm(problem, rounds=2, rho=1.0, eta=1.0, privacy=GradientPrivacy(1.0, 1e-3),
+                          init_dual="paper")
+    # without privacy it is the paper's u_0 and the run still converges toward the optimum
+    res = run_gradient_admm(problem, rounds=5, rho=1.0, eta=1.0, init_dual="paper", eval_every=5)
+    assert np.isfinite(res.history[-1]["objective"])
