@@ -13,7 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
-from fdp_flower.privacy.calibration import _group_multipliers
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, _group_multipliers
 from fdp_flower.privacy.ledger import (GaussianRelease, PrivacyLedger, pld_epsilon, rdp_epsilon,
                                        zcdp_epsilon)
 
@@ -92,6 +94,7 @@ class BudgetGuard:
     accountant: Accountant = "pld"
     refused: BudgetExhausted | None = field(default=None, init=False)
     _cache: dict = field(default_factory=dict, init=False, repr=False)
+    _plds: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         if not (self.eps_total > 0 and math.isfinite(self.eps_total)):
@@ -112,13 +115,44 @@ class BudgetGuard:
             self._cache[key] = _EPSILON_OF[self.accountant](releases, self.delta_total)
         return self._cache[key]
 
+    def _pld_epsilon_after(self, recorded: Sequence[GaussianRelease], planned: Sequence[GaussianRelease],
+                           fresh: dict) -> float:
+        """PLD eps of recorded + planned, composing only the planned releases onto the
+        recorded ones' PLD kept from the previous check (a run checks L times, so
+        recomposing everything each round would cost O(L^2) convolutions)."""
+        def key(releases):
+            return tuple(r.noise_multiplier for r in sorted(releases, key=lambda r: r.round) if r.sensitivity > 0)
+
+        def compose(base, releases):
+            for z, n in _group_multipliers(key(releases)):
+                base = base.compose(pld_lib.from_gaussian_mechanism(
+                    standard_deviation=z / math.sqrt(n), value_discretization_interval=PLD_DISCRETIZATION))
+            return base
+
+        before, after = key(recorded), key(list(recorded) + list(planned))
+        if after not in fresh:
+            found = self._plds.get(after)
+            if found is None:
+                base = self._plds.get(before)
+                if base is None:
+                    base = compose(pld_lib.identity(value_discretization_interval=PLD_DISCRETIZATION), recorded)
+                found = compose(base, planned)
+            fresh[after] = found
+        return 0.0 if not after else float(fresh[after].get_epsilon_for_delta(self.delta_total))
+
     def refusal(self, planned: Sequence[GaussianRelease]) -> BudgetExhausted | None:
         """The reason ``planned`` may not be released, or None if it may."""
         by_client: dict[int, list[GaussianRelease]] = {}
         for r in planned:
             by_client.setdefault(r.client, []).append(r)
+        fresh: dict = {}  # only this check's PLDs are kept: the next check starts from them
         for client in sorted(by_client):
-            eps_after = self.epsilon(self.ledger.of_client(client) + by_client[client])
+            recorded = self.ledger.of_client(client)
+            if self.accountant == "pld":
+                eps_after = self._pld_epsilon_after(recorded, by_client[client], fresh)
+                self._plds = fresh
+            else:
+                eps_after = self.epsilon(recorded + by_client[client])
             if eps_after > self.eps_total:
                 return BudgetExhausted(
                     client=client, round=min(r.round for r in by_client[client]), eps_after=eps_after,
