@@ -120,11 +120,14 @@ class BudgetGuard:
         """PLD eps of recorded + planned, composing only the planned releases onto the
         recorded ones' PLD kept from the previous check (a run checks L times, so
         recomposing everything each round would cost O(L^2) convolutions)."""
-        def key(releases):
-            return tuple(r.noise_multiplier for r in sorted(releases, key=lambda r: r.round) if r.sensitivity > 0)
+        def multipliers(releases):
+            return [r.noise_multiplier for r in sorted(releases, key=lambda r: r.round) if r.sensitivity > 0]
+
+        def key(releases):  # 12 digits: clients whose z differ in the last bits share one PLD
+            return tuple(float(f"{z:.12g}") for z in multipliers(releases))
 
         def compose(base, releases):
-            for z, n in _group_multipliers(key(releases)):
+            for z, n in _group_multipliers(multipliers(releases)):
                 base = base.compose(pld_lib.from_gaussian_mechanism(
                     standard_deviation=z / math.sqrt(n), value_discretization_interval=PLD_DISCRETIZATION))
             return base
@@ -150,7 +153,6 @@ class BudgetGuard:
             recorded = self.ledger.of_client(client)
             if self.accountant == "pld":
                 eps_after = self._pld_epsilon_after(recorded, by_client[client], fresh)
-                self._plds = fresh
             else:
                 eps_after = self.epsilon(recorded + by_client[client])
             if eps_after > self.eps_total:
@@ -158,6 +160,8 @@ class BudgetGuard:
                     client=client, round=min(r.round for r in by_client[client]), eps_after=eps_after,
                     eps_total=self.eps_total, delta_total=self.delta_total, accountant=self.accountant,
                     last_round=max(self.ledger.rounds, default=0))
+        if self.accountant == "pld":
+            self._plds = fresh
         return None
 
     def check(self, planned: Sequence[GaussianRelease]) -> None:
