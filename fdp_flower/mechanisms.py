@@ -34,14 +34,26 @@ def zcdp_to_dp(rho: float, delta: float) -> float:
     return float(rho + 2.0 * np.sqrt(rho * np.log(1.0 / delta)))
 
 
-def release_rng(seed: int, client: int, round_: int) -> np.random.Generator:
-    """The generator of client ``client``'s noise in round ``round_``.
+NOISE_SOURCES = ("seeded", "os_entropy")
 
-    Derived from the run seed only, so that any engine (in-process, Flower
-    simulation, deployment) draws the same noise for the same release, and a
-    client needs no state across rounds.
+
+def release_rng(seed: int, client: int, round_: int, source: str = "seeded") -> np.random.Generator:
+    """The generator of client ``client``'s noise in round ``round_``; the one place that decides.
+
+    ``source="seeded"`` (default): derived from the run seed only, so that any
+    engine (in-process, Flower simulation, deployment) draws the same noise for
+    the same release, and a client needs no state across rounds.
+    ``source="os_entropy"``: PCG64 seeded with 128 bits from the operating
+    system's CSPRNG (``secrets``), for real deployments where the run seed may
+    be known to others; not reproducible (``seed``, ``client``, ``round_`` unused).
     """
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(NOISE_STREAM, client, round_)))
+    if source == "seeded":
+        return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(NOISE_STREAM, client, round_)))
+    if source == "os_entropy":
+        import secrets
+
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(secrets.randbits(128))))
+    raise ValueError(f"noise source must be one of {NOISE_SOURCES}, got {source!r}")
 
 
 def add_gaussian_noise(value: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:

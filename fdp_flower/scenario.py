@@ -171,6 +171,9 @@ class PrivacyConfig(_Frozen):
     schedule: NoiseSchedule = Field(
         ConstantSchedule(), description="shape of the per-round noise multipliers sigma/Delta; total mode "
                                         "scales it to meet (eps, delta); per_round mode needs constant")
+    noise_source: Literal["seeded", "os_entropy"] = Field(
+        "seeded", description="seeded: release noise from the run seed (reproducible); os_entropy: from a "
+                              "generator seeded by the operating system's entropy (for real deployments)")
     report_clipped_rows: bool = Field(
         False, description="clients send their count of clipped rows (a data-dependent count outside the "
                            "DP guarantee; always sent when privacy is off)")
@@ -189,9 +192,23 @@ class FederationConfig(_Frozen):
     num_clients: int = Field(10, ge=1, le=10_000, description="M: number of clients")
 
 
+class FaultsConfig(_Frozen):
+    """Client failures: injection (in-process engine), tolerance and reply checks (every engine)."""
+
+    failure_rate: float = Field(0.0, ge=0, le=1, description="in-process engine: probability that a client "
+                                                             "fails in a round (independently, own seeded stream)")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="seed of the failure stream (null: the run seed)")
+    quorum: float = Field(0.5, gt=0, le=1, description="least fraction of clients that must reply in a round; "
+                                                       "fewer stops the run cleanly with results saved")
+    max_primal_norm: float | None = Field(None, gt=0, description="replies whose primal norm exceeds this are "
+                                                                  "rejected as failures (null: no bound)")
+    reply_timeout: float = Field(3600.0, gt=0, description="seconds the Flower server waits for replies per round")
+
+
 class OutputConfig(_Frozen):
     dir: str = Field("results", description="directory for results")
     log_every: int = Field(1, ge=1, description="log metrics every this many rounds")
+    checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many rounds (0: never)")
 
 
 class Scenario(_Frozen):
@@ -205,6 +222,7 @@ class Scenario(_Frozen):
     model: ModelConfig = ModelConfig()
     algorithm: Algorithm = FDPADMMConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+    faults: FaultsConfig = FaultsConfig()
     output: OutputConfig = OutputConfig()
 
     @model_validator(mode="after")
