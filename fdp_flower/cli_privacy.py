@@ -90,6 +90,9 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
     """The ledger a run of ``scenario`` would record (every client, every round) and the sizes m_i."""
     from fdp_flower.runtime import NoisePlan, partition_sizes
 
+    if scenario.algorithm.kind != "fdp_admm":
+        raise ScenarioError(f"the calculator computes FDP-ADMM's releases; algorithm {scenario.algorithm.kind!r} "
+                            "records its own ledger (see docs/privacy.md)")
     dim = getattr(scenario.basis, "n_components", None)
     if dim is None:
         raise ScenarioError("the basis size K is chosen from data (explained_variance); "
