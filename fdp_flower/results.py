@@ -76,6 +76,11 @@ def summarize(result) -> dict:
         "clipped_rows": result.clipped_rows,
         "privacy": privacy_report(result.ledger, sc.privacy.delta),
     }
+    failures = getattr(result, "failures", None) or []
+    if failures:
+        summary["failures"] = {"count": len(failures),
+                               "clients": sorted({f.client for f in failures}),
+                               "last_round": max(f.round for f in failures)}
     if result.reference is not None:
         summary["reference"] = {"objective": result.reference.objective, "solver": result.reference.solver,
                                 "w": result.reference.w.tolist()}
@@ -89,6 +94,7 @@ def write_results(result, out_dir: str | Path) -> Path:
     _atomic_write_text(out / "scenario.yaml", scenario_to_yaml(result.scenario))
     write_csv(out / "history.csv", result.history)
     write_csv(out / "ledger.csv", result.ledger.to_rows())
+    write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []])
     _atomic_write_text(out / "summary.json", json.dumps(summarize(result), indent=2))
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:

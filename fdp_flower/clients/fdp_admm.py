@@ -56,7 +56,8 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
     if sigma is None:
         released, sigma_value = primal, 0.0
     else:
-        released = add_gaussian_noise(primal, float(sigma), release_rng(scenario.seed, partition, round_))
+        released = add_gaussian_noise(primal, float(sigma), release_rng(scenario.seed, partition, round_,
+                                                                             scenario.privacy.noise_source))
         sigma_value = float(sigma)
     return ClientReply(released, partition, m, float(eta), float(sensitivity), sigma_value, clipped)
 

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from fdp_flower.faults import FailureRecord, QuorumLost, advance_with_failures, check_quorum, draw_failures
 from fdp_flower.fdp_admm import FDPADMMState, client_primal_step
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.mechanisms import add_gaussian_noise, release_rng
@@ -39,6 +40,7 @@ class RunResult:
     sample_sizes: list[int] = field(default_factory=list)
     stop_reason: str = "completed"
     engine: str = "inprocess"
+    failures: list[FailureRecord] = field(default_factory=list)
 
 
 def stack_clients(features: list[np.ndarray], responses: list[np.ndarray]):
@@ -61,13 +63,25 @@ def accounting_delta(scenario: Scenario) -> float:
 
 
 def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | None = None,
-                 with_reference: bool = True, total_budget: tuple[float, float] | None = None) -> RunResult:
+                 with_reference: bool = True, total_budget: tuple[float, float] | None = None,
+                 checkpoint_path=None, resume=None, stop_after: int | None = None) -> RunResult:
     """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation.
 
     ``total_budget`` (eps, delta) is enforced by a :class:`~fdp_flower.privacy.BudgetGuard`
     before every round's releases (default: the scenario's budget in total mode, none
     in per_round mode); if a round would exceed it, the run stops before that round,
     keeps its history and says why in ``stop_reason``.
+
+    Faults (``scenario.faults``): each round every client fails independently with
+    probability ``failure_rate`` (stream of ``faults.seed``, default the run seed); a
+    failed client computes and releases nothing (no ledger entry) and the server step is
+    :func:`fdp_flower.faults.advance_with_failures`.  If fewer than ``quorum`` of the
+    clients reply, the run stops before applying that round (``stop_reason`` says so).
+
+    ``checkpoint_path``: write :mod:`fdp_flower.checkpoint` there every
+    ``output.checkpoint_every`` rounds and at the end; ``resume``: a
+    :class:`~fdp_flower.checkpoint.Checkpoint` to continue from (same scenario);
+    ``stop_after``: stop (as if interrupted) after this round (for tests).
     """
     t0 = time.perf_counter()
     sizes, basis, features, responses, clipped, evaluator = simulation_setup(
@@ -80,16 +94,32 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     state = initial_state(scenario, dim)
     result = RunResult(scenario, state, basis=basis, reference=evaluator.reference,
                        clipped_rows=clipped, sample_sizes=[int(m) for m in sizes])
+    if resume is not None:
+        from fdp_flower.checkpoint import check_resumable
+
+        check_resumable(resume, scenario)
+        state = result.state = resume.state
+        result.history, result.failures = list(resume.history), list(resume.failures)
+        result.ledger.record_many(resume.ledger.releases)
+    faults = scenario.faults
+    fault_seed = scenario.seed if faults.seed is None else faults.seed
     log.info("setup done in %.1fs (K=%d, M=%d)", time.perf_counter() - t0, dim, len(sizes))
     p = scenario.privacy
     if total_budget is None and p.enabled and p.mode == "total":
         total_budget = (p.eps, p.delta)
     guard = None if total_budget is None else BudgetGuard(result.ledger, *total_budget)
-    for round_ in range(1, scenario.algorithm.rounds + 1):
+    for round_ in range(state.round + 1, scenario.algorithm.rounds + 1):
         eta, sensitivity, sigma = plan.release(round_, sizes)
+        failed = draw_failures(fault_seed, round_, len(sizes), faults.failure_rate)
+        try:
+            check_quorum(~failed, faults.quorum, round_)
+        except QuorumLost as exc:
+            result.failures += [FailureRecord(round_, int(i), "injected", False) for i in np.flatnonzero(failed)]
+            result.stop_reason = f"stopped: {exc}"
+            break
         planned = [] if sigma is None else [
             GaussianRelease(i, round_, float(sensitivity[i]), float(sigma[i]))
-            for i in range(len(sizes))]
+            for i in range(len(sizes)) if not failed[i]]
         if guard is not None and planned:
             try:
                 guard.check(planned)  # before any noise is drawn or released
@@ -102,15 +132,37 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
         if sigma is None:
             noisy = primals
         else:
-            noisy = np.stack([add_gaussian_noise(primals[i], sigma[i], release_rng(scenario.seed, i, round_))
-                              for i in range(len(sizes))])
+            noisy = np.stack([add_gaussian_noise(primals[i], sigma[i],
+                                                 release_rng(scenario.seed, i, round_, p.noise_source))
+                              if not failed[i] else primals[i] for i in range(len(sizes))])
             result.ledger.record_many(planned)
-        state = state.advance(noisy, rho)
+        if failed.any():
+            result.failures += [FailureRecord(round_, int(i), "injected", False) for i in np.flatnonzero(failed)]
+            state = advance_with_failures(state, ~failed, noisy, rho)
+        else:
+            state = state.advance(noisy, rho)
         row = {"round": round_, "eta_mean": float(np.mean(eta)), **evaluator(state)}
         if sigma is not None:
             row.update(privacy_columns(result.ledger, accounting_delta(scenario)))
+        if faults.failure_rate > 0:
+            row["failed_clients"] = int(failed.sum())
         result.history.append(row)
         result.state = state
         if progress is not None:
             progress(round_, row)
+        every = scenario.output.checkpoint_every
+        if checkpoint_path is not None and every and round_ % every == 0:
+            _checkpoint(checkpoint_path, result)
+        if stop_after is not None and round_ >= stop_after:
+            result.stop_reason = f"interrupted after round {round_}"
+            break
+    if checkpoint_path is not None and scenario.output.checkpoint_every:
+        _checkpoint(checkpoint_path, result)
     return result
+
+
+def _checkpoint(path, result: RunResult) -> None:
+    from fdp_flower.checkpoint import Checkpoint, write_checkpoint
+
+    write_checkpoint(path, Checkpoint(result.scenario, result.state, result.ledger, result.history,
+                                      result.failures, engine=result.engine))
