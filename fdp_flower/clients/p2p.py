@@ -1,0 +1,82 @@
+"""Peer-to-peer client worker: one round of one graph node (spec sections 3 and 4).
+
+The relay sends node i one message per round with its own state (last release,
+dual, link statistics) and its neighbours' releases only; the worker runs
+:func:`fdp_flower.p2p.node.node_round` -- the very function of the in-process
+engine -- and replies with the new state.  Noise is calibrated and added here,
+from public quantities (m_i, |N_i|, the round, the scenario), with
+``release_rng(seed, node, round)``.
+
+``scenario`` is duck-typed: anything with ``seed``, ``topology``, ``data``,
+``algorithm`` and ``privacy`` as in :class:`fdp_flower.p2p.config.P2PScenario`.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from functools import lru_cache
+
+import numpy as np
+
+from fdp_flower.p2p.config import P2PScenario, build_algorithm, build_graph, build_problem
+from fdp_flower.p2p.node import NodeState, node_round
+from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import Context, Message, MetricRecord, RecordDict
+
+STATE_KEYS = ("round", "released", "dual", "link_stat")
+
+
+@lru_cache(maxsize=4)
+def _setup(scenario_json: str):
+    """(graph, problem without reference, algorithm) of a scenario; cached per scenario text because every
+    piece is a pure function of the public scenario (no run state lives here)."""
+    scenario = P2PScenario.model_validate(json.loads(scenario_json))
+    graph = build_graph(scenario.topology, scenario.seed)
+    problem = build_problem(scenario.data, graph.num_nodes, scenario.seed, with_reference=False)
+    return graph, problem, build_algorithm(scenario.algorithm, scenario.privacy, problem)
+
+
+def p2p_setup(scenario):
+    """Graph, node data and resolved algorithm of ``scenario`` (shared by client and relay)."""
+    data = {k: getattr(scenario, k).model_dump(mode="json") for k in ("topology", "data", "algorithm", "privacy")}
+    data["seed"] = scenario.seed
+    return _setup(json.dumps(data, sort_keys=True))
+
+
+def p2p_node_update(scenario, node: int, *, state: NodeState, neighbour_ids, neighbour_released):
+    """Check that only the node's neighbours' releases arrived, then run its round."""
+    graph, problem, algorithm = p2p_setup(scenario)
+    if not 0 <= node < graph.num_nodes:
+        raise ValueError(f"node {node} outside 0..{graph.num_nodes - 1}")
+    expected = graph.neighbours[node]
+    if tuple(int(j) for j in neighbour_ids) != expected:
+        raise ValueError(f"node {node} received vectors of {list(neighbour_ids)}, its neighbours are {list(expected)}")
+    for name, arr in (("released", state.released), ("dual", state.dual), ("neighbour_released", neighbour_released)):
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} contains NaN or infinite values")
+    return node_round(algorithm=algorithm, objective=problem.objective, node=node, seed=scenario.seed, state=state,
+                      neighbour_released=neighbour_released, neighbour_degrees=graph.degrees[list(expected)],
+                      features=problem.features[node], response=problem.responses[node]), len(problem.responses[node])
+
+
+def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
+    """Unpack a relay message, run the node's round, pack the reply (new state + public bookkeeping)."""
+    config = msg.content["config"]
+    node = int(config["partition-id"])
+    if "partition-id" in context.node_config and int(context.node_config.get("num-partitions", -1)) == \
+            p2p_setup(scenario)[0].num_nodes and int(context.node_config["partition-id"]) != node:
+        raise ValueError(f"this SuperNode holds partition {context.node_config['partition-id']}, not {node}")
+    arrays = unpack_arrays(msg.content["arrays"])
+    state = NodeState.from_arrays({k: arrays[k] for k in STATE_KEYS})
+    if state.round + 1 != int(config["round"]):
+        raise ValueError(f"node {node}: state is after round {state.round} but the relay asks for round "
+                         f"{config['round']}")
+    res, m = p2p_node_update(scenario, node, state=state, neighbour_ids=list(config["neighbours"]),
+                             neighbour_released=arrays["neighbour_released"])
+    metrics = {"partition-id": node, "num-examples": m, "sensitivity": res.sensitivity or 0.0,
+               "sigma": res.sigma or 0.0, "cut-links": res.cut_links, "solver-iterations": res.solver_iterations}
+    content = RecordDict({"arrays": pack_arrays(**res.state.to_arrays()), "metrics": MetricRecord(metrics)})
+    return Message(content=content, reply_to=msg)
