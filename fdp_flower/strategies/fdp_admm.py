@@ -24,6 +24,8 @@ with warnings.catch_warnings():
     from flwr.serverapp.strategy import Strategy
 
 from fdp_flower.engine.inprocess import RunResult
+from fdp_flower.faults import (MAY_HAVE_RELEASED, NOT_RELEASED, FailureRecord, QuorumLost, advance_with_failures,
+                               charge_on_failure, check_primal, check_quorum)
 from fdp_flower.fdp_admm import FDPADMMState
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
@@ -53,12 +55,32 @@ class FDPADMMStrategy(Strategy):
     hosts_many_clients : bool
         Whether a node may simulate several clients (simulated data only; with
         node-local data each node is exactly one client). (default: True)
+    partition_sizes : sequence of int, optional
+        Public m_i of every client, used to charge the calibrated release of a client
+        whose reply was lost or rejected before it ever reported its m_i. (default: None)
+    on_round : callable, optional
+        ``f(strategy)`` called after every applied round (checkpoints). (default: None)
+
+    Faults (``scenario.faults``): an error reply, a missing reply (timeout) or a reply
+    rejected by the checks (malformed, non-finite, norm above ``max_primal_norm``,
+    wrong sensitivity or sigma, wrong partition) makes that client "failed" for the
+    round: it keeps its last released primal and its dual
+    (:func:`fdp_flower.faults.advance_with_failures`), the failure is logged and
+    recorded in ``failures``, and no exception leaves :meth:`aggregate_train` unless
+    fewer than ``quorum`` clients replied (then :class:`FederationError`, which the
+    runner turns into a clean stop with results saved).
     """
 
     def __init__(self, scenario: Scenario, basis: FunctionalBasis, *,
                  evaluate_state: Callable[[FDPADMMState], dict] | None = None,
-                 hosts_many_clients: bool = True) -> None:
+                 hosts_many_clients: bool = True, partition_sizes=None,
+                 on_round: Callable[["FDPADMMStrategy"], None] | None = None) -> None:
         self.hosts_many_clients = hosts_many_clients
+        self.partition_sizes = None if partition_sizes is None else [int(m) for m in partition_sizes]
+        self.on_round = on_round
+        self.failures: list[FailureRecord] = []
+        self._outbox: list[tuple[Message, int, int | None]] = []
+        self._one_client_per_node: bool | None = None
         self._named = False
         self.scenario = scenario
         self.basis = basis
@@ -95,12 +117,16 @@ class FDPADMMStrategy(Strategy):
         2 virtual SuperNodes of a default local simulation) and a simulated data source,
         logical clients are spread round-robin over the nodes and named in the message.
         """
-        if len(node_ids) >= self.num_clients:
-            if self.state.round == 0 and not self.node_of_client:
-                return [(node, None) for node in node_ids]
-            if len(self.node_of_client) < self.num_clients:
-                raise FederationError("some clients never identified themselves; cannot route their duals")
-            return [(self.node_of_client[c], c) for c in range(self.num_clients)]
+        if self._one_client_per_node is None:
+            self._one_client_per_node = len(node_ids) >= self.num_clients
+        if self._one_client_per_node:
+            # A client that never replied still has dual 0 and last primal 0, which is
+            # exactly the payload of an unnamed message: unidentified nodes get that.
+            # A client whose node is gone is not messaged (a failure this round).
+            live = set(node_ids)
+            known = set(self.node_of_client.values())
+            pairs = [(node, c) for c, node in sorted(self.node_of_client.items()) if node in live]
+            return pairs + [(node, None) for node in node_ids if node not in known]
         if not self.hosts_many_clients:
             raise FederationError(
                 f"{len(node_ids)} nodes connected but the scenario needs {self.num_clients} "
@@ -116,18 +142,21 @@ class FDPADMMStrategy(Strategy):
             raise FederationError(f"round {server_round}: no nodes connected")
         basis = {f"basis_{k}": v for k, v in self.basis.to_arrays().items()}
         self._named = self._named or len(node_ids) < self.num_clients
-        messages = []
+        self._outbox = []
         for node, client in self._assign(node_ids):
             cfg = {"round": server_round}
             if client is not None and self._named:
                 cfg["partition-id"] = client
             content = RecordDict({"arrays": pack_arrays(**self._client_payload(client), **basis),
                                   "config": ConfigRecord(cfg)})
-            messages.append(Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN))
-        return messages
+            self._outbox.append((Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN),
+                                 node, client))
+        return [msg for msg, _, _ in self._outbox]
 
     def _check_release(self, server_round: int, client: int, metrics: MetricRecord) -> GaussianRelease | None:
         m = int(metrics["num-examples"])
+        if m < 1:
+            raise FederationError(f"client {client}: num-examples {m} < 1")
         eta, sensitivity, sigma = self.plan.release(server_round, m)
         if not np.isclose(float(metrics["sensitivity"]), float(sensitivity), rtol=1e-9, atol=0):
             raise FederationError(f"client {client}: reported sensitivity does not match the scenario")
@@ -137,50 +166,134 @@ class FDPADMMStrategy(Strategy):
             raise FederationError(f"client {client}: noise sigma {metrics['sigma']} != calibrated {float(sigma)}")
         return GaussianRelease(client, server_round, float(sensitivity), float(sigma))
 
+    def _planned_release(self, server_round: int, client: int) -> GaussianRelease | None:
+        """The release ``client`` was asked to make (to charge a lost or rejected reply)."""
+        m = self.sample_sizes.get(client)
+        if m is None and self.partition_sizes is not None:
+            m = self.partition_sizes[client]
+        if m is None:
+            log(WARNING, "round %d: client %d's m_i is unknown; its possible release cannot be charged",
+                server_round, client)
+            return None
+        _eta, sensitivity, sigma = self.plan.release(server_round, m)
+        return None if sigma is None else GaussianRelease(client, server_round, float(sensitivity), float(sigma))
+
+    def _accept(self, server_round: int, reply: Message, client_hint: int | None, dim: int,
+                primals: dict[int, np.ndarray]) -> tuple[int, np.ndarray, GaussianRelease | None]:
+        """Check one successful reply; a :class:`FederationError` (one line) rejects it."""
+        try:
+            metrics = reply.content["metrics"]
+            client = int(metrics["partition-id"])
+            arrays = unpack_arrays(reply.content["arrays"])
+        except Exception as exc:  # malformed record: any shape of garbage
+            raise FederationError(f"malformed reply ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+        if not 0 <= client < self.num_clients or client in primals:
+            raise FederationError(f"bad or duplicate partition id {client}")
+        if client_hint is not None and client != client_hint:
+            raise FederationError(f"reply names partition {client} but the message was for client {client_hint}")
+        if self.node_of_client.get(client, reply.metadata.src_node_id) != reply.metadata.src_node_id:
+            raise FederationError(f"client {client} replied from another node")
+        if set(arrays) != {"noisy_primal"}:
+            raise FederationError(f"client {client}: reply arrays {sorted(arrays)} != ['noisy_primal']")
+        check = check_primal(arrays["noisy_primal"], dim, self.scenario.faults.max_primal_norm)
+        if not check.ok:
+            raise FederationError(f"client {client}: {check.reason}")
+        try:
+            release = self._check_release(server_round, client, metrics)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FederationError(f"client {client}: bad metrics ({type(exc).__name__}: {exc})".splitlines()[0]) \
+                from None
+        return client, np.asarray(arrays["noisy_primal"], dtype=float), release
+
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         replies = list(replies)
         dim = self.basis.n_components
         primals: dict[int, np.ndarray] = {}
-        releases = []
+        releases: list[GaussianRelease] = []
+        failed: dict[int, tuple[str, str]] = {}  # client -> (reason, kind)
+        by_id = {msg.metadata.message_id: (node, client) for msg, node, client in self._outbox
+                 if msg.metadata.message_id}
+        pending = {(node, client) for _msg, node, client in self._outbox}
         for reply in replies:
-            if reply.has_error():
-                raise FederationError(f"round {server_round}: node {reply.metadata.src_node_id} failed: "
-                                      f"{reply.error.reason}")
-            metrics = reply.content["metrics"]
-            client = int(metrics["partition-id"])
-            if not 0 <= client < self.num_clients or client in primals:
-                raise FederationError(f"round {server_round}: bad or duplicate partition id {client}")
-            primal = unpack_arrays(reply.content["arrays"])["noisy_primal"]
-            if primal.shape != (dim,) or not np.all(np.isfinite(primal)):
-                raise FederationError(f"round {server_round}: client {client} sent a malformed primal")
-            if self.node_of_client.get(client, reply.metadata.src_node_id) != reply.metadata.src_node_id:
-                raise FederationError(f"round {server_round}: client {client} replied from another node")
-            self.node_of_client[client] = reply.metadata.src_node_id
-            self.sample_sizes[client] = int(metrics["num-examples"])
-            if "clipped-rows" in metrics:
-                self.clipped_rows[client] = int(metrics["clipped-rows"])
-            releases.append(self._check_release(server_round, client, metrics))
+            node = reply.metadata.src_node_id
+            entry = by_id.get(reply.metadata.reply_to_message_id)
+            if entry is None:
+                same_node = [e for e in pending if e[0] == node]
+                entry = same_node[0] if len(same_node) == 1 else (node, None)
+            pending.discard(entry)
+            hint = entry[1]
+            try:
+                if reply.has_error():
+                    code = int(reply.error.code)
+                    kind = NOT_RELEASED if code in (1, 2, 6, 7) else MAY_HAVE_RELEASED
+                    err = FederationError(f"error reply (code {code}): {reply.error.reason}".splitlines()[0])
+                    err.kind = kind
+                    raise err
+                client, primal, release = self._accept(server_round, reply, hint, dim, primals)
+            except Exception as exc:  # never crash on a reply
+                kind = getattr(exc, "kind", MAY_HAVE_RELEASED)
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                who = hint if hint is not None else self._client_of_node(node)
+                log(WARNING, "round %d: node %d (client %s) failed: %s", server_round, node, who, reason)
+                if who is not None and who not in primals:
+                    failed.setdefault(who, (reason, kind))
+                continue
+            self.node_of_client[client] = node
+            self.sample_sizes[client] = int(reply.content["metrics"]["num-examples"])
+            if "clipped-rows" in reply.content["metrics"]:
+                self.clipped_rows[client] = int(reply.content["metrics"]["clipped-rows"])
+            if release is not None:
+                releases.append(release)
             primals[client] = primal
-        if len(primals) < self.num_clients:
-            missing = sorted(set(range(self.num_clients)) - set(primals))
-            raise FederationError(f"round {server_round}: no reply from clients {missing}")
+            failed.pop(client, None)
+        for node, client in pending:  # no reply before the timeout: it may have been sent and lost
+            who = client if client is not None else self._client_of_node(node)
+            log(WARNING, "round %d: no reply from node %d (client %s) before the timeout", server_round, node, who)
+            if who is not None and who not in primals:
+                failed.setdefault(who, ("no reply before the timeout", MAY_HAVE_RELEASED))
+        for client in range(self.num_clients):
+            if client in primals or client in failed:
+                continue
+            if self._one_client_per_node and client not in self.node_of_client:
+                # its node never identified it; it may be one that failed above (charged, conservatively)
+                failed[client] = ("no valid reply yet (client not identified)", MAY_HAVE_RELEASED)
+            else:  # not messaged: its node is gone
+                failed[client] = ("node not connected", NOT_RELEASED)
+        replied = np.array([i in primals for i in range(self.num_clients)])
         for release in releases:  # noise was added on the client before the reply
             if release is not None:
                 self.ledger.record(release)
-        noisy = np.stack([primals[i] for i in range(self.num_clients)])
-        self.state = self.state.advance(noisy, self.scenario.algorithm.rho)
-        eta = np.mean([self.plan.step_size(server_round, self.sample_sizes[i]) for i in range(self.num_clients)])
+        for client, (reason, kind) in sorted(failed.items()):
+            charged = charge_on_failure(kind)
+            planned = self._planned_release(server_round, client) if charged else None
+            if planned is not None:
+                self.ledger.record(planned)
+            self.failures.append(FailureRecord(server_round, client, reason, planned is not None))
+        try:
+            check_quorum(replied, self.scenario.faults.quorum, server_round)
+        except QuorumLost as exc:
+            raise FederationError(str(exc)) from None
+        noisy = np.stack([primals.get(i, np.full(dim, np.nan)) for i in range(self.num_clients)])
+        self.state = advance_with_failures(self.state, replied, noisy, self.scenario.algorithm.rho)
+        eta = np.mean([self.plan.step_size(server_round, self.sample_sizes[i]) for i in primals])
         row = {"round": server_round, "eta_mean": float(eta)}
         if self.evaluate_state is not None:
             row.update(self.evaluate_state(self.state))
         if self.scenario.privacy.enabled:
             row.update(privacy_columns(self.ledger, self.scenario.privacy.delta))
+        row["failed_clients"] = int(self.num_clients - replied.sum())
         self.history.append(row)
         if server_round % self.scenario.output.log_every == 0 or server_round == self.scenario.algorithm.rounds:
             log(INFO, "round %d: %s", server_round,
                 ", ".join(f"{k}={v:.5g}" for k, v in row.items() if k != "round"))
+        if self.on_round is not None:
+            self.on_round(self)
         return pack_arrays(global_w=self.state.global_w), MetricRecord(
             {k: float(v) for k, v in row.items() if np.isfinite(v)})
+
+    def _client_of_node(self, node: int) -> int | None:
+        clients = [c for c, n in self.node_of_client.items() if n == node]
+        return clients[0] if len(clients) == 1 else None
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -236,7 +349,18 @@ def results_dir(context: Context, name: str) -> Path:
 def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) -> None:
     """Run a whole FDP-ADMM federation on ``grid`` and write its results."""
     sizes, basis, _features, _responses, _clipped, evaluator = simulation_setup(scenario)
-    strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator)
+    out_dir = results_dir(context, scenario.name)
+
+    def checkpoint(strat: FDPADMMStrategy) -> None:
+        every = scenario.output.checkpoint_every
+        if every and strat.state.round % every == 0:
+            from fdp_flower.checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
+
+            write_checkpoint(out_dir / CHECKPOINT_NAME, Checkpoint(
+                scenario, strat.state, strat.ledger, strat.history, strat.failures, engine="flower"))
+
+    strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator, partition_sizes=sizes,
+                               on_round=checkpoint)
     stop_reason = "completed"
     try:
         connected = wait_for_nodes(grid, scenario.federation.num_clients, settle=2.0)
@@ -244,7 +368,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             log(INFO, "fdp-flower: %d nodes for %d clients: each node simulates several clients",
                 connected, scenario.federation.num_clients)
         strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=np.zeros(basis.n_components)),
-                       num_rounds=scenario.algorithm.rounds)
+                       num_rounds=scenario.algorithm.rounds, timeout=scenario.faults.reply_timeout)
     except FederationError as exc:
         stop_reason = f"stopped: {exc}"
         log(ERROR, "run stopped early: %s", exc)
@@ -252,8 +376,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                        basis=basis, reference=evaluator.reference,
                        clipped_rows=[strategy.clipped_rows.get(i, -1) for i in range(len(sizes))],
                        sample_sizes=[strategy.sample_sizes.get(i, int(m)) for i, m in enumerate(sizes)],
-                       stop_reason=stop_reason, engine="flower")
-    out = write_results(result, results_dir(context, scenario.name))
+                       stop_reason=stop_reason, engine="flower", failures=strategy.failures)
+    out = write_results(result, out_dir)
     summary = summarize(result)
     final = summary["final"] or {}
     log(INFO, "fdp-flower: %s after %d rounds; final MISE = %s", stop_reason, len(strategy.history),
