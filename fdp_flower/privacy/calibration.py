@@ -20,7 +20,7 @@ Shapes (t = 1..T is the release index, r_t = z_t / z_1, rho_t = zCDP of release 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import dp_accounting
 import numpy as np

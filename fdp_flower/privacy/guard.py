@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
+from collections.abc import Sequence
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Literal, Sequence
+from typing import Literal
+from collections.abc import Callable, Sequence
 
 import dp_accounting
 from dp_accounting import pld, rdp
@@ -81,7 +82,7 @@ class GaussianRelease:
         """Delta^2 / (2 sigma^2)."""
         return self.sensitivity**2 / (2 * self.sigma**2)
 
-    def under(self, neighbouring: Neighbouring) -> "GaussianRelease":
+    def under(self, neighbouring: Neighbouring) -> GaussianRelease:
         """The same release (same sigma) with the sensitivity of another neighbouring relation.
 
         Defined for the mechanisms of :data:`NEIGHBOURING_FACTORS`; a ``ValueError``
@@ -252,7 +253,7 @@ class PrivacyLedger:
                 eps_pld=None if pld_acc is None else (float(pld_acc.get_epsilon(delta)) if spent else 0.0)))
         return out
 
-    def under_neighbouring(self, neighbouring: Neighbouring) -> "PrivacyLedger":
+    def under_neighbouring(self, neighbouring: Neighbouring) -> PrivacyLedger:
         """A new ledger with every release re-expressed under ``neighbouring`` (see
         :meth:`GaussianRelease.under`; a ``ValueError`` if some release cannot be)."""
         return PrivacyLedger([r.under(neighbouring) for r in self.releases])
@@ -270,7 +271,7 @@ class PrivacyLedger:
                      neighbouring=r.neighbouring, mechanism=r.mechanism) for r in self.releases]
 
     @classmethod
-    def from_rows(cls, rows) -> "PrivacyLedger":
+    def from_rows(cls, rows) -> PrivacyLedger:
         return cls([GaussianRelease(**row) for row in rows])
 
 
