@@ -1,0 +1,109 @@
+"""FPCA bases and the paper's simulation design (spec sections 1 and 2)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from fdp_flower import design
+from fdp_flower.fpca import (FunctionalBasis, choose_n_components, fit_pooled_fpca, fixed_basis,
+                             simpson_weights)
+
+GRID = design.default_grid()
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return design.simulate_slice(3, 0, 4000, tau=0.5, grid=GRID)
+
+
+def test_pooled_scores_equal_scikit_fda_transform(sample):
+    from skfda import FDataGrid
+    from skfda.preprocessing.dim_reduction import FPCA
+
+    basis = fit_pooled_fpca(sample.curves, GRID, n_components=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = FPCA(n_components=6).fit(FDataGrid(sample.curves, GRID))
+        expected = reference.transform(FDataGrid(sample.curves, GRID))
+    np.testing.assert_allclose(basis.scores(sample.curves), expected, atol=1e-10)
+
+
+def test_pooled_fpca_recovers_design_eigenfunctions(sample):
+    basis = fit_pooled_fpca(sample.curves, GRID, n_components=4)
+    truth = design.cosine_functions(GRID, 4)
+    overlap = np.abs((basis.components * simpson_weights(GRID)) @ truth.T)
+    # eigenvalues k^-2 are well separated; with 4000 curves the estimates are close to +-phi_k
+    np.testing.assert_allclose(np.diag(overlap), 1.0, atol=0.02)
+
+
+def test_explained_variance_chooses_k(sample):
+    full = fit_pooled_fpca(sample.curves, GRID, n_components=20)
+    basis = fit_pooled_fpca(sample.curves, GRID, explained_variance=0.9)
+    k = choose_n_components(full.explained_variance_ratio, 0.9)
+    assert basis.n_components == k
+    assert np.sum(full.explained_variance_ratio[:k]) >= 0.9 > np.sum(full.explained_variance_ratio[: k - 1])
+
+
+@pytest.mark.parametrize("family,k", [("cosine", 10), ("fourier", 7), ("bspline", 12)])
+def test_fixed_bases_are_orthonormal_on_the_grid(family, k):
+    basis = fixed_basis(family, k, GRID)
+    gram = (basis.components * basis.weights) @ basis.components.T
+    np.testing.assert_allclose(gram, np.eye(k), atol=1e-10)
+    assert basis.kind == "fixed" and not basis.mean.any()
+
+
+def test_fixed_cosine_basis_gives_the_true_scores():
+    data = design.simulate_slice(1, 0, 50, tau=0.5, grid=GRID, n_terms=5)
+    basis = fixed_basis("cosine", 5, GRID)
+    # curves are exact combinations of the first 5 cosines: projection recovers them
+    beta_hat = basis.function(basis.scores(data.curves))
+    np.testing.assert_allclose(beta_hat, data.curves, atol=1e-3)
+
+
+def test_misuse_gives_clear_value_errors(sample):
+    basis = fixed_basis("cosine", 3, GRID)
+    with pytest.raises(ValueError, match="grid points"):
+        basis.scores(sample.curves[:, :50])
+    bad = sample.curves[:5].copy()
+    bad[0, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        basis.scores(bad)
+    with pytest.raises(ValueError, match="2-d"):
+        basis.scores(sample.curves[0])
+    with pytest.raises(ValueError, match="exactly one"):
+        fit_pooled_fpca(sample.curves, GRID)
+    with pytest.raises(ValueError, match="n_components"):
+        fit_pooled_fpca(sample.curves[:5], GRID, n_components=10)
+    with pytest.raises(ValueError, match="unknown fixed basis"):
+        fixed_basis("wavelet", 3, GRID)
+    with pytest.raises(ValueError, match="increasing"):
+        fixed_basis("cosine", 3, GRID[::-1])
+    with pytest.raises(ValueError, match="lack"):
+        FunctionalBasis.from_arrays({"grid": GRID})
+    with pytest.raises(ValueError, match="coefficients"):
+        basis.function(np.ones(4))
+
+
+def test_design_is_independent_of_the_split_and_follows_the_model():
+    whole = design.simulate_slice(11, 0, 3000, tau=0.25, grid=GRID)
+    parts = [design.simulate_partition(11, 3000, 7, i, tau=0.25, grid=GRID) for i in range(7)]
+    # same draws; only BLAS blocking of the matrix products may differ (last-bit rounding)
+    np.testing.assert_allclose(np.vstack([p.curves for p in parts]), whole.curves, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate([p.response for p in parts]), whole.response, rtol=0, atol=1e-12)
+    assert [p.n_samples for p in parts] == list(np.diff(design.partition_bounds(3000, 7)))
+    # the tau-quantile of y given X is int beta X: residuals have empirical tau-quantile ~ 0
+    big = design.simulate_slice(11, 0, 40000, tau=0.25, grid=GRID)
+    fitted = big.curves @ (design.true_beta(GRID) * simpson_weights(GRID))
+    share_below = np.mean(big.response - fitted <= 0)
+    assert share_below == pytest.approx(0.25, abs=3 * np.sqrt(0.25 * 0.75 / 40000) + 2e-3)
+
+
+def test_mise_of_truth_is_zero_and_of_zero_is_norm():
+    beta = design.true_beta(GRID)
+    assert design.mise(beta, beta, GRID) == 0.0
+    # ||beta||^2 = sum w_k^2 (orthonormal cosines), up to Simpson's error on 100 points
+    assert design.mise(np.zeros_like(beta), beta, GRID) == pytest.approx(np.sum(design.true_coefficients() ** 2), rel=1e-3)
+    with pytest.raises(ValueError, match="cannot split"):
+        design.partition_bounds(3, 5)
