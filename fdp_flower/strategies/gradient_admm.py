@@ -1,0 +1,209 @@
+"""DP-ADMM / DP-AccADMM server strategy (paper 003; spec section 5), Flower Message API.
+
+The server keeps x, y, u (and for DP-AccADMM xh, uh, theta); each round it sends
+every client the point xh_{t-1}, receives the clients' noisy gradients, and on the
+replies calls the pure functions of :mod:`fdp_flower.gradient_admm`:
+``aggregate_gradients`` (grad = sum_i (m_i/n) grad_i) and ``server_step`` (y-update
+by soft-thresholding, linearized x-update, dual update, Nesterov extrapolation).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from logging import INFO
+from typing import Callable, Iterable
+
+import numpy as np
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+    from flwr.common.logger import log
+    from flwr.serverapp import Grid
+    from flwr.serverapp.strategy import Strategy
+
+from fdp_flower.gradient_admm import (
+    GradientADMMState,
+    aggregate_gradients,
+    check_gamma,
+    gradient_sensitivity,
+    make_releases,
+    min_gamma,
+    server_step,
+    spectral_norm_gram,
+    theorem1_sigma,
+)
+from fdp_flower.privacy import PrivacyLedger
+from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+
+
+class GradientFederationError(RuntimeError):
+    """The federation cannot continue (missing, duplicate or inconsistent replies)."""
+
+
+class GradientADMMStrategy(Strategy):
+    """Server side of DP-ADMM (``accelerated=False``) and DP-AccADMM (paper 003, Algorithms 2-3).
+
+    Parameters
+    ----------
+    matrix : numpy.ndarray
+        The constraint matrix A (p x d) of lam ||A x||_1.
+    lam : float
+        Weight of the l1 term (>= 0).
+    rho : float
+        ADMM penalty (> 0).
+    eta : float
+        Step size (> 0).
+    rounds : int
+        T, the number of rounds Theorem 1 is calibrated for (>= 1); no release beyond it.
+    num_clients : int
+        M (>= 1); every round needs a reply from every client.
+    gradient_bound : float
+        c, the per-sample gradient bound (> 0) used to check the clients' sensitivities.
+    gamma : float or None
+        Proximal weight; None takes eta rho ||A^T A|| + 1; smaller values are refused (default: None).
+    accelerated : bool
+        DP-AccADMM (default: False).
+    restart : bool
+        Adaptive momentum restart of DP-AccADMM (default: False).
+    privacy : GradientPrivacy or None
+        Theorem 1 parameters; None for the non-private ADMM (default: None).
+    evaluate_state : callable or None
+        ``f(state) -> dict`` of metrics per round (simulation only) (default: None).
+    """
+
+    def __init__(self, *, matrix: np.ndarray, lam: float, rho: float, eta: float, rounds: int, num_clients: int,
+                 gradient_bound: float, gamma: float | None = None, accelerated: bool = False,
+                 restart: bool = False, privacy=None,
+                 evaluate_state: Callable[[GradientADMMState], dict] | None = None) -> None:
+        matrix = np.asarray(matrix, dtype=float)
+        if matrix.ndim != 2 or matrix.size == 0 or not np.all(np.isfinite(matrix)):
+            raise ValueError("matrix must be a finite, non-empty 2-D array (A)")
+        if not lam >= 0:
+            raise ValueError(f"lam must be >= 0, got {lam}")
+        if not rho > 0:
+            raise ValueError(f"rho must be > 0, got {rho}")
+        if not eta > 0:
+            raise ValueError(f"eta must be > 0, got {eta}")
+        if int(rounds) < 1:
+            raise ValueError(f"rounds must be >= 1, got {rounds}")
+        if int(num_clients) < 1:
+            raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        if not gradient_bound > 0:
+            raise ValueError(f"gradient_bound must be > 0, got {gradient_bound}")
+        gram = spectral_norm_gram(matrix)
+        self.gamma = (min_gamma(eta=eta, rho=rho, gram_norm=gram) if gamma is None
+                      else check_gamma(gamma, eta=eta, rho=rho, gram_norm=gram))
+        self.matrix, self.lam, self.rho, self.eta = matrix, float(lam), float(rho), float(eta)
+        self.rounds, self.num_clients = int(rounds), int(num_clients)
+        self.gradient_bound = float(gradient_bound)
+        self.accelerated, self.restart, self.privacy = bool(accelerated), bool(restart), privacy
+        self.evaluate_state = evaluate_state
+        self.state = GradientADMMState.initial(matrix.shape[1], matrix.shape[0])
+        self.ledger = PrivacyLedger()
+        self.history: list[dict] = []
+        self.node_of_client: dict[int, int] = {}
+        self.sample_sizes: dict[int, int] = {}
+        self.clipped_rows: dict[int, int] = {}
+
+    def summary(self) -> None:
+        name = "DP-AccADMM" if self.accelerated else "DP-ADMM"
+        log(INFO, "\t├── %s: M=%d clients, d=%d, rows(A)=%d, rho=%g, eta=%g, gamma=%g, T=%d", name,
+            self.num_clients, self.matrix.shape[1], self.matrix.shape[0], self.rho, self.eta, self.gamma,
+            self.rounds)
+        p = self.privacy
+        log(INFO, "\t└── privacy: %s", "off" if p is None else
+            f"Theorem 1, eps={p.eps} delta={p.delta} mu={p.mu} ({p.neighbouring}) over T={self.rounds} rounds")
+
+    def _assign(self, node_ids: list[int]) -> list[tuple[int, int]]:
+        """(node, client) pairs: clients spread round-robin over the connected nodes, named in the message."""
+        if not self.node_of_client:
+            self.node_of_client = {c: node_ids[c % len(node_ids)] for c in range(self.num_clients)}
+        return [(self.node_of_client[c], c) for c in range(self.num_clients)]
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if server_round > self.rounds:  # budget check before any release
+            raise GradientFederationError(
+                f"round {server_round} exceeds T = {self.rounds}: Theorem 1's budget covers T releases only")
+        node_ids = sorted(grid.get_node_ids())
+        if not node_ids:
+            raise GradientFederationError(f"round {server_round}: no nodes connected")
+        payload = pack_arrays(x_hat=self.state.x_hat)
+        return [Message(content=RecordDict({"arrays": payload,
+                                            "config": ConfigRecord({"round": server_round, "partition-id": c})}),
+                        dst_node_id=node, message_type=MessageType.TRAIN)
+                for node, c in self._assign(node_ids)]
+
+    def _expected_release(self, m: int) -> tuple[float, float | None]:
+        if self.privacy is None:
+            return 0.0, None
+        sens = float(gradient_sensitivity(self.gradient_bound, m, self.privacy.neighbouring))
+        sig = float(theorem1_sigma(sens, rounds=self.rounds, eps=self.privacy.eps, delta=self.privacy.delta,
+                                   mu=self.privacy.mu))
+        return sens, sig
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        dim = self.matrix.shape[1]
+        grads: dict[int, np.ndarray] = {}
+        for reply in replies:
+            if reply.has_error():
+                raise GradientFederationError(f"round {server_round}: node {reply.metadata.src_node_id} failed: "
+                                              f"{reply.error.reason}")
+            metrics = reply.content["metrics"]
+            client = int(metrics["partition-id"])
+            if not 0 <= client < self.num_clients or client in grads:
+                raise GradientFederationError(f"round {server_round}: bad or duplicate partition id {client}")
+            grad = unpack_arrays(reply.content["arrays"])["gradient"]
+            if grad.shape != (dim,) or not np.all(np.isfinite(grad)):
+                raise GradientFederationError(f"round {server_round}: client {client} sent a malformed gradient")
+            m = int(metrics["num-examples"])
+            if m < 1 or self.sample_sizes.get(client, m) != m:
+                raise GradientFederationError(f"round {server_round}: client {client} changed its sample count")
+            sens, sig = self._expected_release(m)
+            if sig is not None and not (np.isclose(float(metrics["sigma"]), sig, rtol=1e-12, atol=0)
+                                        and np.isclose(float(metrics["sensitivity"]), sens, rtol=1e-12, atol=0)):
+                raise GradientFederationError(f"round {server_round}: client {client} noise does not match "
+                                              f"Theorem 1 (sigma {metrics['sigma']} != {sig})")
+            self.sample_sizes[client] = m
+            self.clipped_rows[client] = int(metrics.get("clipped-rows", -1))
+            grads[client] = grad
+        if len(grads) < self.num_clients:
+            missing = sorted(set(range(self.num_clients)) - set(grads))
+            raise GradientFederationError(f"round {server_round}: no reply from clients {missing}")
+        counts = np.array([self.sample_sizes[i] for i in range(self.num_clients)])
+        if self.privacy is not None:  # the noise was added on the clients before they replied
+            plan = [self._expected_release(int(m)) for m in counts]
+            self.ledger.record_many(make_releases(round_=server_round, sensitivities=[p[0] for p in plan],
+                                                  sigmas=[p[1] for p in plan],
+                                                  neighbouring=self.privacy.neighbouring))
+        gradient = aggregate_gradients(np.stack([grads[i] for i in range(self.num_clients)]), counts)
+        self.state = server_step(self.state, gradient, self.matrix, lam=self.lam, rho=self.rho, eta=self.eta,
+                                 gamma=self.gamma, accelerated=self.accelerated, restart=self.restart)
+        row = {"round": server_round}
+        if self.evaluate_state is not None:
+            row.update(self.evaluate_state(self.state))
+        self.history.append(row)
+        log(INFO, "round %d: %s", server_round,
+            ", ".join(f"{k}={v:.6g}" for k, v in row.items() if k != "round") or "done")
+        return pack_arrays(x=self.state.x), MetricRecord(
+            {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and math.isfinite(v)})
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return []  # evaluation is server-side
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return None
+
+
+def strategy_from_scenario(scenario, problem, *, evaluate_state=None) -> GradientADMMStrategy:
+    """Build the strategy of a :class:`~fdp_flower.gradient_admm_config.GradientADMMScenario`."""
+    from fdp_flower.engine.gradient_admm import scenario_privacy
+
+    alg = scenario.algorithm
+    return GradientADMMStrategy(matrix=problem.matrix, lam=problem.lam, rho=alg.rho, eta=alg.eta,
+                                rounds=alg.rounds, num_clients=problem.num_clients,
+                                gradient_bound=problem.gradient_bound, gamma=alg.gamma,
+                                accelerated=alg.kind == "dp_acc_admm", restart=getattr(alg, "restart", False),
+                                privacy=scenario_privacy(scenario), evaluate_state=evaluate_state)
