@@ -211,6 +211,7 @@ class FDPADMMStrategy(Strategy):
         primals: dict[int, np.ndarray] = {}
         releases: list[GaussianRelease] = []
         failed: dict[int, tuple[str, str]] = {}  # client -> (reason, kind)
+        unattributed: list[str] = []  # kinds of failures of nodes whose client is not yet known
         by_id = {msg.metadata.message_id: (node, client) for msg, node, client in self._outbox
                  if msg.metadata.message_id}
         pending = {(node, client) for _msg, node, client in self._outbox}
@@ -237,6 +238,8 @@ class FDPADMMStrategy(Strategy):
                 log(WARNING, "round %d: node %d (client %s) failed: %s", server_round, node, who, reason)
                 if who is not None and who not in primals:
                     failed.setdefault(who, (reason, kind))
+                elif who is None:
+                    unattributed.append(kind)
                 continue
             self.node_of_client[client] = node
             self.sample_sizes[client] = int(reply.content["metrics"]["num-examples"])
@@ -251,12 +254,15 @@ class FDPADMMStrategy(Strategy):
             log(WARNING, "round %d: no reply from node %d (client %s) before the timeout", server_round, node, who)
             if who is not None and who not in primals:
                 failed.setdefault(who, ("no reply before the timeout", MAY_HAVE_RELEASED))
+            elif who is None:
+                unattributed.append(MAY_HAVE_RELEASED)
         for client in range(self.num_clients):
             if client in primals or client in failed:
                 continue
             if self._one_client_per_node and client not in self.node_of_client:
-                # its node never identified it; it may be one that failed above (charged, conservatively)
-                failed[client] = ("no valid reply yet (client not identified)", MAY_HAVE_RELEASED)
+                # its node never identified it: charged if any unidentified node's failure may have released
+                kind = MAY_HAVE_RELEASED if MAY_HAVE_RELEASED in unattributed else NOT_RELEASED
+                failed[client] = ("no valid reply yet (client not identified)", kind)
             else:  # not messaged: its node is gone
                 failed[client] = ("node not connected", NOT_RELEASED)
         replied = np.array([i in primals for i in range(self.num_clients)])
