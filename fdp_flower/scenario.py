@@ -41,7 +41,32 @@ class PaperSimulation(_Frozen):
     grid_points: int = Field(100, ge=5, le=10_000, description="equispaced grid points on [0, 1]")
 
 
-DataSource = tagged_union(PaperSimulation, default="paper_simulation")
+class NodeFiles(_Frozen):
+    """Node-local files (deployment): each node reads its own file (see :mod:`fdp_flower.data_files`).
+
+    In a deployment each SuperNode names its file in its node config (``data-path=...``);
+    the server never sees the data and learns each m_i from the replies.
+    """
+
+    kind: Literal["node_files"] = "node_files"
+    grid_start: float = Field(0.0, description="first point of the common equispaced grid")
+    grid_stop: float = Field(1.0, description="last point of the common equispaced grid")
+    grid_points: int = Field(100, ge=3, le=10_000, description="number of grid points")
+    paths: list[str] | None = Field(
+        None, description="per-client files for simulation engines (client i reads paths[i]); a node's "
+                          "data-path node config takes precedence")
+    response_offset: float = Field(
+        0.0, description="public constant subtracted from every response on the client (the model has no "
+                         "intercept)")
+
+    @model_validator(mode="after")
+    def _grid(self):
+        if not self.grid_stop > self.grid_start:
+            raise ValueError("grid_stop must exceed grid_start")
+        return self
+
+
+DataSource = tagged_union(PaperSimulation, NodeFiles, default="paper_simulation")
 
 
 # ---------------------------------------------------------------- bases
@@ -67,7 +92,35 @@ class FixedBasis(_Frozen):
     n_components: int = Field(10, ge=1, le=200, description="K")
 
 
-Basis = tagged_union(PooledBasis, FixedBasis, default="pooled")
+class FederatedDPBasis(_Frozen):
+    """FPCA from noisy covariance summaries of the clients (spec section 2; :mod:`fdp_flower.federated_fpca`)."""
+
+    kind: Literal["federated_dp"] = "federated_dp"
+    n_components: int = Field(10, ge=1, le=200, description="K")
+    pre_basis: Literal["bspline", "cosine", "fourier"] = Field("bspline", description="fixed pre-basis family")
+    pre_basis_size: int = Field(30, ge=4, le=400, description="B: size of the pre-basis")
+    clip_cb: float = Field(3.0, gt=0, description="c_b: clip of each curve's pre-basis coefficient vector")
+    private: bool = Field(True, description="false: exact summaries (no noise, no DP guarantee)")
+    eps: float = Field(1.0, gt=0, description="eps of the one covariance release of each client")
+    delta: float = Field(1.0e-6, gt=0, lt=1, description="delta of that release")
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if self.n_components > self.pre_basis_size:
+            raise ValueError("n_components cannot exceed pre_basis_size")
+        if not math.isfinite(self.eps):
+            raise ValueError("eps must be finite (use private: false for no noise)")
+        return self
+
+
+class ProvidedBasis(_Frozen):
+    """A basis supplied by the user: an .npz with grid, components (K, G), mean and weights."""
+
+    kind: Literal["provided"] = "provided"
+    path: str = Field(min_length=1, description="path of the .npz (absolute or relative to the working directory)")
+
+
+Basis = tagged_union(PooledBasis, FixedBasis, FederatedDPBasis, ProvidedBasis, default="pooled")
 
 
 # ---------------------------------------------------------------- model
@@ -227,6 +280,14 @@ class Scenario(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self):
+        if isinstance(self.data, NodeFiles) and isinstance(self.basis, PooledBasis):
+            raise ValueError(
+                "basis kind 'pooled' needs every client's curves in one place, which a deployment with "
+                "node-local files (data kind 'node_files') never has; use 'fixed', 'provided' or 'federated_dp'")
+        if isinstance(self.data, NodeFiles) and self.data.paths is not None \
+                and len(self.data.paths) != self.federation.num_clients:
+            raise ValueError(f"data.paths names {len(self.data.paths)} files for "
+                             f"federation.num_clients = {self.federation.num_clients}")
         if isinstance(self.data, PaperSimulation) and self.data.n_samples < self.federation.num_clients:
             raise ValueError(
                 f"federation.num_clients ({self.federation.num_clients}) exceeds data.n_samples "
@@ -246,7 +307,8 @@ def _format_error(source: str, exc: ValidationError) -> str:
     return f"{source}: " + "; ".join(parts)
 
 
-_UNION_TAGS = {"paper_simulation", "pooled", "fixed", "theorem2", "constant", "inv_sqrt", "inv", "fdp_admm",
+_UNION_TAGS = {"paper_simulation", "node_files", "pooled", "fixed", "federated_dp", "provided", "theorem2",
+               "constant", "inv_sqrt", "inv", "fdp_admm",
                "geometric", "periodic", "iteration"}
 
 
