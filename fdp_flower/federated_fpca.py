@@ -186,3 +186,45 @@ def federated_basis(curves_per_client: Sequence[np.ndarray], grid: np.ndarray, *
     basis = aggregate_basis([s.second_moment for s in summaries], [s.mean for s in summaries],
                             [s.num_examples for s in summaries], pre, n_components)
     return basis, summaries
+
+
+# ------------------------------------------------------------------ scenario glue (pure: no Flower)
+def phase_noise_sigma(basis_config, m: int) -> float | None:
+    """sigma_i of client i's summary for a ``FederatedDPBasis`` config (None if not private)."""
+    if not basis_config.private:
+        return None
+    return noise_multiplier(basis_config.eps, basis_config.delta) * float(
+        summary_sensitivity(clip_cb=basis_config.clip_cb, m=m))
+
+
+def scenario_pre_basis(scenario, grid: np.ndarray) -> FunctionalBasis:
+    b = scenario.basis
+    return pre_basis(b.pre_basis, b.pre_basis_size, grid)
+
+
+def scenario_client_summary(scenario, client: int, curves: np.ndarray, pre: FunctionalBasis) -> CovarianceSummary:
+    """Client ``client``'s release for the scenario's ``federated_dp`` basis; noise from
+    :func:`fdp_flower.mechanisms.release_rng` at round :data:`FPCA_ROUND` (so every engine draws the same)."""
+    from fdp_flower.mechanisms import release_rng
+
+    b = scenario.basis
+    sigma = phase_noise_sigma(b, int(np.shape(curves)[0]))
+    rng = None if sigma is None else release_rng(scenario.seed, client, FPCA_ROUND, scenario.privacy.noise_source)
+    return client_summary(pre.scores(curves), clip_cb=b.clip_cb, sigma=sigma, rng=rng)
+
+
+def scenario_releases(scenario, summaries: Sequence[CovarianceSummary],
+                      clients: Sequence[int] | None = None) -> list[GaussianRelease]:
+    """Ledger events of the summaries actually released (none when ``private`` is false)."""
+    clients = range(len(summaries)) if clients is None else clients
+    return [GaussianRelease(int(c), FPCA_ROUND, s.sensitivity, s.sigma, mechanism=FPCA_MECHANISM)
+            for c, s in zip(clients, summaries) if s.sigma > 0]
+
+
+def scenario_basis_in_process(scenario, curves_per_client: Sequence[np.ndarray], grid: np.ndarray):
+    """The phase run in one process: (basis, ledger events), identical to the Flower phase's."""
+    pre = scenario_pre_basis(scenario, grid)
+    summaries = [scenario_client_summary(scenario, i, c, pre) for i, c in enumerate(curves_per_client)]
+    basis = aggregate_basis([s.second_moment for s in summaries], [s.mean for s in summaries],
+                            [s.num_examples for s in summaries], pre, scenario.basis.n_components)
+    return basis, scenario_releases(scenario, summaries)

@@ -20,8 +20,8 @@ from fdp_flower.mechanisms import classic_gaussian_sigma
 from fdp_flower.penalties import Penalty
 from fdp_flower.privacy.calibration import calibrate_noise_multiplier, schedule_multipliers
 from fdp_flower.reference import ReferenceSolution, pooled_objective, solve_reference
-from fdp_flower.scenario import (ConstantStep, FixedBasis, InvSqrtStep, InvStep, PaperSimulation,
-                                 PooledBasis, Scenario, Theorem2Step)
+from fdp_flower.scenario import (ConstantStep, FederatedDPBasis, FixedBasis, InvSqrtStep, InvStep, NodeFiles,
+                                 PaperSimulation, PooledBasis, ProvidedBasis, Scenario, Theorem2Step)
 from fdp_flower.schedules import StepSchedule, theorem2_base
 
 
@@ -35,6 +35,9 @@ def build_objective(scenario: Scenario) -> Objective:
 def grid_of(scenario: Scenario) -> np.ndarray:
     if isinstance(scenario.data, PaperSimulation):
         return design.default_grid(scenario.data.grid_points)
+    if isinstance(scenario.data, NodeFiles):
+        d = scenario.data
+        return np.linspace(d.grid_start, d.grid_stop, d.grid_points)
     raise ValueError(f"data source {scenario.data.kind!r} has no built-in grid")
 
 
@@ -42,11 +45,21 @@ def partition_sizes(scenario: Scenario) -> np.ndarray:
     """m_i of every client (public: the sensitivities use them)."""
     if isinstance(scenario.data, PaperSimulation):
         return np.diff(design.partition_bounds(scenario.data.n_samples, scenario.federation.num_clients))
+    if isinstance(scenario.data, NodeFiles) and scenario.data.paths is not None:
+        return np.array([load_partition(scenario, i).n_samples for i in range(scenario.federation.num_clients)])
     raise ValueError(f"data source {scenario.data.kind!r} has no built-in partition sizes")
 
 
-def load_partition(scenario: Scenario, partition: int) -> design.CurveData:
-    """Client ``partition``'s curves and responses."""
+def load_partition(scenario: Scenario, partition: int, path: str | None = None) -> design.CurveData:
+    """Client ``partition``'s curves and responses (node-local data: from ``path``, else ``data.paths``)."""
+    if isinstance(scenario.data, NodeFiles):
+        from fdp_flower.data_files import read_node_file
+
+        if path is None:
+            if scenario.data.paths is None:
+                raise ValueError("node-local data: set data-path in the node config (or data.paths to simulate)")
+            path = scenario.data.paths[partition]
+        return read_node_file(path, expected_grid=grid_of(scenario), response_offset=scenario.data.response_offset)
     if isinstance(scenario.data, PaperSimulation):
         return design.simulate_partition(
             scenario.seed, scenario.data.n_samples, scenario.federation.num_clients, partition,
@@ -55,11 +68,18 @@ def load_partition(scenario: Scenario, partition: int) -> design.CurveData:
 
 
 def build_basis(scenario: Scenario, all_curves: np.ndarray | None = None) -> FunctionalBasis:
-    """The basis of the run.  ``pooled`` needs every curve (simulation only)."""
+    """The basis of the run.  ``pooled`` needs every curve (simulation only); ``federated_dp``
+    is built by its own phase (:mod:`fdp_flower.federated_fpca`)."""
     b = scenario.basis
     grid = grid_of(scenario)
     if isinstance(b, FixedBasis):
         return fixed_basis(b.family, b.n_components, grid)
+    if isinstance(b, ProvidedBasis):
+        with np.load(b.path, allow_pickle=False) as npz:
+            basis = FunctionalBasis.from_arrays({k: npz[k] for k in npz.files})
+        if basis.grid.shape != grid.shape or not np.allclose(basis.grid, grid, rtol=1e-9, atol=0):
+            raise ValueError(f"provided basis {b.path}: its grid differs from the scenario's grid")
+        return basis
     if isinstance(b, PooledBasis):
         if all_curves is None:
             raise ValueError("the pooled basis needs all curves: it is for simulation studies only")
@@ -202,8 +222,13 @@ def simulation_setup(scenario: Scenario, *, with_reference: bool = True):
     """Everything a simulated run needs: per-client data, basis, features, evaluator."""
     sizes = partition_sizes(scenario)
     parts = [load_partition(scenario, i) for i in range(len(sizes))]
-    basis = build_basis(scenario, np.vstack([p.curves for p in parts])
-                        if isinstance(scenario.basis, PooledBasis) else None)
+    if isinstance(scenario.basis, FederatedDPBasis):
+        from fdp_flower.federated_fpca import scenario_basis_in_process
+
+        basis, _releases = scenario_basis_in_process(scenario, [p.curves for p in parts], grid_of(scenario))
+    else:
+        basis = build_basis(scenario, np.vstack([p.curves for p in parts])
+                            if isinstance(scenario.basis, PooledBasis) else None)
     feats, clipped = zip(*(client_features(scenario, basis, p) for p in parts))
     responses = [p.response for p in parts]
     reference = None
