@@ -138,3 +138,17 @@ def test_client_worker_refuses_rounds_beyond_T():
     reply = gradient_admm_client_update(loss=LogisticLoss(), features=a, labels=y, x_hat=np.zeros(3), round_=1,
                                         partition=0, seed=0, c1=1.0, rounds=4)
     assert reply.sigma == 0.0 and reply.clipped_rows == int(np.sum(np.linalg.norm(a, axis=1) > 1.0))
+
+
+def test_federation_runner_logs_gap_and_both_neighbouring_relations():
+    from fdp_flower.strategies.gradient_admm import run_gradient_admm_federation
+
+    scenario = _scenario("dp_admm", True)
+    data = load_scenario_data(scenario)
+    grid = LocalGrid(lambda msg: handle_gradient_admm_train(msg, _NodeContext(), scenario, data), nodes=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        strategy = run_gradient_admm_federation(grid, scenario)
+    assert len(strategy.history) == scenario.algorithm.rounds
+    assert all(np.isfinite(row["relative_gap"]) and row["relative_gap"] > -1e-8 for row in strategy.history)
+    assert len(strategy.ledger.releases) == scenario.algorithm.rounds * scenario.federation.num_clients
