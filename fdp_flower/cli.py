@@ -11,9 +11,24 @@ from fdp_flower.scenario import ScenarioError
 def _cmd_run(args: argparse.Namespace) -> int:
     from fdp_flower.engine.inprocess import run_fdp_admm
     from fdp_flower.results import summarize, write_results
-    from fdp_flower.scenario import load_scenario
+    from fdp_flower.checkpoint import CHECKPOINT_NAME, read_checkpoint, resolve_checkpoint_path
+    from fdp_flower.scenario import apply_overrides, load_scenario, parse_scenario
 
-    scenario = load_scenario(args.scenario, args.set)
+    resume = None
+    if args.resume:
+        resume = read_checkpoint(args.resume)
+        if args.scenario:
+            scenario = load_scenario(args.scenario, args.set)
+        else:  # the checkpoint's own scenario (overrides may change only output settings)
+            scenario = parse_scenario(apply_overrides(resume.scenario.model_dump(mode="json"), args.set),
+                                      "checkpoint scenario")
+        out_dir = args.out or str(resolve_checkpoint_path(args.resume).parent)
+        print(f"resuming from {resolve_checkpoint_path(args.resume)} after round {resume.round}", flush=True)
+    elif args.scenario:
+        scenario = load_scenario(args.scenario, args.set)
+        out_dir = args.out or f"{scenario.output.dir}/{scenario.name}"
+    else:
+        raise ScenarioError("fdp-flower run: give a scenario file or --resume <checkpoint or results dir>")
     rounds = scenario.algorithm.rounds
 
     def progress(round_: int, row: dict) -> None:
@@ -21,9 +36,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("mise", "objective_gap", "eps_rdp") if k in row)
             print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
 
-    result = run_fdp_admm(scenario, progress=progress)
-    out = write_results(result, args.out or f"{scenario.output.dir}/{scenario.name}")
+    result = run_fdp_admm(scenario, progress=progress, resume=resume,
+                          checkpoint_path=f"{out_dir}/{CHECKPOINT_NAME}")
+    out = write_results(result, out_dir)
     summary = summarize(result)
+    if result.stop_reason != "completed":
+        print(f"run {result.stop_reason}")
+    if result.failures:
+        print(f"client failures: {len(result.failures)} (see failures.csv)")
     print(f"final MISE = {summary['final'].get('mise', float('nan')):.5f}")
     if summary["privacy"].get("private"):
         print(f"privacy spent per client: eps = {summary['privacy']['eps']:.4f} at delta = "
@@ -37,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario with the in-process engine")
-    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("scenario", nargs="?", help="scenario YAML file (optional with --resume)")
+    run.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file or a results "
+                                                            "directory holding checkpoint.npz")
     run.add_argument("--set", action="append", default=[], metavar="A.B=VALUE", help="override a field")
     run.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
     run.set_defaults(func=_cmd_run)
