@@ -27,3 +27,11 @@ def train(msg: Message, context: Context) -> Message:
     if handler is None:
         raise ValueError(f"algorithm {scenario.algorithm.kind!r} has no client handler")
     return handler(msg, context, scenario)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """The setup phase of a run on node-local data (m_i, grid, federated DP-FPCA summary)."""
+    from fdp_flower.clients.node_phase import handle_node_setup_query
+
+    return handle_node_setup_query(msg, context, scenario_from_run_config(context.run_config))

@@ -94,7 +94,7 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     arrays = unpack_arrays(msg.content["arrays"])
     basis = FunctionalBasis.from_arrays({k[len("basis_"):]: v for k, v in arrays.items() if k.startswith("basis_")})
     reply = fdp_admm_client_update(
-        scenario, partition, load_partition(scenario, partition), basis,
+        scenario, partition, load_partition(scenario, partition, context.node_config.get("data-path") or None), basis,
         global_w=arrays["global_w"], dual=arrays["dual"], noisy_primal=arrays["noisy_primal"],
         round_=int(config["round"]))
     metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,

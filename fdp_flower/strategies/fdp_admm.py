@@ -31,7 +31,7 @@ from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 from fdp_flower.results import summarize, write_results
 from fdp_flower.runtime import NoisePlan, privacy_columns, simulation_setup
-from fdp_flower.scenario import Scenario
+from fdp_flower.scenario import NodeFiles, Scenario
 from fdp_flower.strategies.records import pack_arrays, unpack_arrays
 
 
@@ -353,8 +353,22 @@ def results_dir(context: Context, name: str) -> Path:
 
 
 def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) -> None:
-    """Run a whole FDP-ADMM federation on ``grid`` and write its results."""
-    sizes, basis, _features, _responses, _clipped, evaluator = simulation_setup(scenario)
+    """Run a whole FDP-ADMM federation on ``grid`` and write its results.
+
+    Node-local data (``node_files``): the server never sees data; a setup phase
+    (:func:`fdp_flower.strategies.node_phase.node_setup`) learns m_i, checks the
+    grids and builds the basis (``federated_dp``: from DP covariance summaries), and
+    the history holds only statistics of released values.
+    """
+    setup = None
+    if isinstance(scenario.data, NodeFiles):
+        from fdp_flower.strategies.node_phase import ReleasedStatistics, node_setup
+
+        wait_for_nodes(grid, scenario.federation.num_clients)
+        setup = node_setup(grid, scenario, timeout=scenario.faults.reply_timeout)
+        sizes, basis, evaluator = setup.sizes, setup.basis, ReleasedStatistics()
+    else:
+        sizes, basis, _features, _responses, _clipped, evaluator = simulation_setup(scenario)
     out_dir = results_dir(context, scenario.name)
 
     def checkpoint(strat: FDPADMMStrategy) -> None:
@@ -366,7 +380,10 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                 scenario, strat.state, strat.ledger, strat.history, strat.failures, engine="flower"))
 
     strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator, partition_sizes=sizes,
-                               on_round=checkpoint)
+                               on_round=checkpoint, hosts_many_clients=setup is None)
+    if setup is not None:  # the setup phase's releases (noise added on the clients) and routing
+        strategy.ledger.record_many(setup.releases)
+        strategy.node_of_client.update(setup.node_of_client)
     stop_reason = "completed"
     try:
         connected = wait_for_nodes(grid, scenario.federation.num_clients, settle=2.0)

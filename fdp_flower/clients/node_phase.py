@@ -1,0 +1,64 @@
+"""Client side of the setup phase of a run on node-local data (one QUERY message).
+
+The node reads its own file (node config ``data-path``, else the scenario's
+``data.paths``), reports public bookkeeping -- its partition id, its sample count
+m_i and a fingerprint of its grid -- and, for the ``federated_dp`` basis, its noisy
+covariance summary (:mod:`fdp_flower.federated_fpca`).  Never a curve, a
+coefficient vector or a score.
+"""
+from __future__ import annotations
+
+import warnings
+
+from fdp_flower import federated_fpca
+from fdp_flower.clients.fdp_admm import node_partition
+from fdp_flower.data_files import grid_digest
+from fdp_flower.runtime import grid_of, load_partition
+from fdp_flower.scenario import FederatedDPBasis, NodeFiles, Scenario
+from fdp_flower.strategies.records import pack_arrays
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+SETUP_PHASE = "node-setup"
+
+
+def node_data_path(context: Context) -> str | None:
+    """The node's own data file from its node config (``data-path``), if any."""
+    path = context.node_config.get("data-path")
+    return None if path in (None, "") else str(path)
+
+
+def handle_node_setup_query(msg: Message, context: Context, scenario: Scenario) -> Message:
+    """Answer the server's setup query (see module docstring)."""
+    if not isinstance(scenario.data, NodeFiles):
+        raise ValueError("the setup phase is for node-local data (data kind 'node_files')")
+    partition = node_partition(context, scenario)
+    d = scenario.data
+    # Read without forcing the scenario's grid: the server compares every node's grid
+    # fingerprint with the scenario's and names the nodes that differ.
+    from fdp_flower.data_files import read_node_file
+
+    path = node_data_path(context)
+    if path is None and d.paths is not None:
+        path = d.paths[partition]
+    if path is None:
+        raise ValueError("node-local data: set data-path in the node config (--node-config 'data-path=\"...\"')")
+    raw = read_node_file(path)
+    metrics = {"partition-id": partition, "num-examples": raw.n_samples, "grid-digest": grid_digest(raw.grid),
+               "grid-points": int(raw.grid.size), "grid-start": float(raw.grid[0]), "grid-stop": float(raw.grid[-1])}
+    arrays = ArrayRecord()
+    if isinstance(scenario.basis, FederatedDPBasis) and grid_digest(raw.grid) == grid_digest(grid_of(scenario)):
+        data = load_partition(scenario, partition, path)
+        pre = federated_fpca.scenario_pre_basis(scenario, grid_of(scenario))
+        summary = federated_fpca.scenario_client_summary(scenario, partition, data.curves, pre)
+        arrays = pack_arrays(second_moment=summary.second_moment, mean=summary.mean)
+        metrics.update({"sensitivity": summary.sensitivity, "sigma": summary.sigma})
+        if scenario.privacy.report_clipped_rows or not scenario.basis.private:
+            metrics["clipped-rows"] = summary.clipped_rows
+    content = RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)})
+    return Message(content=content, reply_to=msg)
+
+
+__all__ = ["SETUP_PHASE", "handle_node_setup_query", "node_data_path"]

@@ -1,0 +1,208 @@
+"""A real Flower deployment on loopback: one SuperLink and N SuperNodes with node-local files.
+
+Used by the one-command demo (``scripts/deploy_demo.sh`` / ``python -m fdp_flower.loopback``)
+and by the deployment test.  Every process is started in its own process group and
+stopped by its PID's group (SIGTERM, then SIGKILL), also on failure.  Nothing here
+touches a process it did not start.
+
+Flower 1.41: the SuperLink serves the Fleet, Control and ServerAppIo APIs over HTTP on
+one port (``--port``); each SuperNode has its own runtime port (``--port``); the
+``flwr`` CLI finds the SuperLink in ``$FLWR_HOME/config.toml``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONNECTION = "loopback"
+APP_DIR = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process {proc.pid} exited with code {proc.returncode} before listening on {port}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+def _bin(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else (shutil.which(name) or name)
+
+
+@dataclass
+class LoopbackFederation:
+    """SuperLink + one SuperNode per data file, all on 127.0.0.1 (insecure: loopback only).
+
+    Use as a context manager; :meth:`stop` is idempotent and always runs on exit.
+    """
+
+    data_paths: list[Path]
+    workdir: Path
+    app_dir: Path = APP_DIR
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    link_port: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(FLWR_HOME=str(self.workdir / "flwr_home"), FLWR_TELEMETRY_ENABLED="0",
+                   FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+        return env
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "w")
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=self.env, cwd=self.workdir, start_new_session=True)
+        log.close()
+        self.processes.append(proc)
+        return proc
+
+    def start(self, timeout: float = 60.0) -> "LoopbackFederation":
+        (self.workdir / "flwr_home").mkdir(parents=True, exist_ok=True)
+        self.link_port = free_port()
+        link = self._spawn("superlink", [_bin("flower-superlink"), "--insecure",
+                                         "--disable-runtime-dependency-installation", "--port", str(self.link_port)])
+        _wait_port(self.link_port, timeout, link)
+        for i, path in enumerate(self.data_paths):
+            config = f'partition-id={i} num-partitions={len(self.data_paths)} data-path={json.dumps(str(path))}'
+            self._spawn(f"supernode-{i}", [_bin("flower-supernode"), "--insecure",
+                                           "--superlink", f"127.0.0.1:{self.link_port}",
+                                           "--port", str(free_port()), "--node-config", config])
+        (self.workdir / "flwr_home" / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "127.0.0.1:{self.link_port}"\ninsecure = true\n')
+        return self
+
+    def _flwr(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run([_bin("flwr"), *args], env=self.env, cwd=self.app_dir, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def run(self, run_config: dict[str, str], timeout: float = 600.0) -> tuple[int, str]:
+        """``flwr run`` the app with ``run_config``; wait until it finishes; returns (run id, status)."""
+        cfg = self.workdir / "run_config.toml"
+        cfg.write_text("".join(f"{k} = {json.dumps(str(v))}\n" for k, v in run_config.items()))
+        start = time.monotonic()
+        proc = self._flwr("run", str(self.app_dir), CONNECTION, "--run-config", str(cfg), "--stream",
+                          timeout=timeout)
+        (self.workdir / "flwr_run.log").write_text(proc.stdout + proc.stderr)
+        found = re.search(r"run\D*(\d{5,})", proc.stdout + proc.stderr)
+        if found is None:
+            raise RuntimeError(f"flwr run did not start a run (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        run_id = int(found.group(1))
+        while True:  # `flwr run --stream` exits 0 even if the ServerApp failed: ask the SuperLink
+            status = self.status(run_id)
+            if status.startswith("finished"):
+                return run_id, status
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"run {run_id} still {status!r} after {timeout:.0f}s")
+            time.sleep(1.0)
+
+    def status(self, run_id: int) -> str:
+        proc = self._flwr("ls", CONNECTION, "--run-id", str(run_id), "--format", "json", timeout=60)
+        try:
+            runs = json.loads(proc.stdout)["runs"]
+        except (ValueError, KeyError):
+            raise RuntimeError(f"flwr ls failed: {proc.stdout}{proc.stderr}") from None
+        return str(runs[0]["status"])
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM every started process group (supernodes first), then SIGKILL what is left."""
+        for proc in reversed(self.processes):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # children (flwr-serverapp / flwr-clientapp) share the group
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        self.processes.clear()
+
+    def __enter__(self) -> "LoopbackFederation":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"==== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log")))
+
+
+def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides: str = "",
+             workdir: str | None = None, fmt: str = "npz", n_samples: int = 3000, seed: int = 0) -> int:
+    """Partition ``dataset`` into ``nodes`` files, deploy on loopback, run ``scenario``, print the result."""
+    from fdp_flower.data_files import load_dataset, partition, write_partitions
+
+    work = Path(workdir or tempfile.mkdtemp(prefix="fdp-deploy-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    paths = write_partitions(partition(load_dataset(dataset, seed=seed, n_samples=n_samples), nodes),
+                             work / "data", fmt)
+    print(f"data: {len(paths)} node files in {work / 'data'}", flush=True)
+    results = work / "results"
+    with LoopbackFederation(paths, work) as fed:
+        print(f"SuperLink on 127.0.0.1:{fed.link_port}; {nodes} SuperNodes; PIDs "
+              f"{[p.pid for p in fed.processes]}", flush=True)
+        run_id, status = fed.run({"scenario": str(Path(scenario).resolve()), "overrides": overrides,
+                                  "results-dir": str(results)})
+        print(f"run {run_id}: {status}", flush=True)
+        if status != "finished:completed":
+            print(fed.logs(), file=sys.stderr)
+            return 1
+    summary = json.loads(next(results.glob("*/summary.json")).read_text())
+    print(json.dumps({k: summary[k] for k in ("name", "stop_reason", "rounds_completed", "final",
+                                              "final_global_w", "sample_sizes")}, indent=2))
+    if summary["privacy"].get("private"):
+        print(f"privacy spent per client (worst): eps = {summary['privacy']['eps']:.4f} at delta = "
+              f"{summary['privacy']['delta']:g}")
+    print(f"results and logs: {work}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fdp_flower.loopback", description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default=str(APP_DIR / "scenarios" / "deploy_demo.yaml"))
+    parser.add_argument("--dataset", default="paper", choices=["paper", "tecator"])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--n-samples", type=int, default=3000, help="paper design: total samples")
+    parser.add_argument("--format", default="npz", choices=["npz", "csv", "parquet"])
+    parser.add_argument("--set", default="", help='scenario overrides "a.b=1; c.d=2"')
+    parser.add_argument("--workdir", help="directory for data, logs and results (default: a new temp dir)")
+    args = parser.parse_args(argv)
+    return run_demo(args.scenario, dataset=args.dataset, nodes=args.nodes, overrides=args.set,
+                    workdir=args.workdir, fmt=args.format, n_samples=args.n_samples)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Server side of a run on node-local data: the setup phase and released-value statistics.
+
+Before FDP-ADMM's round 1 the server sends one QUERY message to every node and
+learns, from the replies only, each client's partition id, m_i and grid
+fingerprint (a grid mismatch between nodes stops the run here, naming the
+nodes), and -- for the ``federated_dp`` basis -- each client's noisy covariance
+summary, from which it builds and then broadcasts (with every train message) the
+basis.  Those releases are charged to each client's ledger (round 0).  The pure
+math lives in :mod:`fdp_flower.federated_fpca`.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from logging import ERROR, INFO
+
+import numpy as np
+
+from fdp_flower import federated_fpca
+from fdp_flower.clients.node_phase import SETUP_PHASE
+from fdp_flower.data_files import grid_digest
+from fdp_flower.fdp_admm import FDPADMMState
+from fdp_flower.fpca import FunctionalBasis
+from fdp_flower.privacy import GaussianRelease
+from fdp_flower.runtime import build_basis, grid_of
+from fdp_flower.scenario import FederatedDPBasis, NodeFiles, Scenario
+from fdp_flower.strategies.records import unpack_arrays
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+    from flwr.common.logger import log
+    from flwr.serverapp import Grid
+
+
+class SetupError(RuntimeError):
+    """The setup phase failed (missing, failed or inconsistent replies)."""
+
+
+@dataclass
+class NodeSetup:
+    """What the server learned in the setup phase."""
+
+    basis: FunctionalBasis
+    sizes: np.ndarray  # m_i by client
+    node_of_client: dict[int, int]
+    releases: list[GaussianRelease] = field(default_factory=list)
+    clipped_rows: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class ReleasedStatistics:
+    """History columns a server can compute from released values only (no data, no Evaluator).
+
+    ``global_w_norm`` = ||w^l||, ``primal_residual`` = (1/M) sum_i ||wt_i^l - w^l||
+    (consensus residual of the released primals), ``dual_norm`` = max_i ||g_i^l||.
+    """
+
+    reference: None = None
+
+    def __call__(self, state: FDPADMMState) -> dict[str, float]:
+        return {"global_w_norm": float(np.linalg.norm(state.global_w)),
+                "primal_residual": float(np.mean(np.linalg.norm(state.noisy_primals - state.global_w, axis=1))),
+                "dual_norm": float(np.max(np.linalg.norm(state.duals, axis=1)))}
+
+
+def _grid_text(metrics) -> str:
+    return f"{int(metrics['grid-points'])} points {float(metrics['grid-start']):g}..{float(metrics['grid-stop']):g}"
+
+
+def check_setup_replies(scenario: Scenario, replies: list[Message]) -> dict[int, tuple[int, object, object]]:
+    """Validate the setup replies; returns {client: (node, metrics, arrays)} or raises :class:`SetupError`."""
+    num = scenario.federation.num_clients
+    errors = [f"node {r.metadata.src_node_id}: {r.error.reason}" for r in replies if r.has_error()]
+    if errors:
+        raise SetupError("setup phase failed on " + "; ".join(e.splitlines()[0] for e in errors))
+    by_client: dict[int, tuple[int, object, object]] = {}
+    for r in replies:
+        metrics = r.content["metrics"]
+        client = int(metrics["partition-id"])
+        if client in by_client or not 0 <= client < num:
+            raise SetupError(f"node {r.metadata.src_node_id}: bad or duplicate partition-id {client}")
+        by_client[client] = (r.metadata.src_node_id, metrics, r.content["arrays"])
+    missing = sorted(set(range(num)) - set(by_client))
+    if missing:
+        raise SetupError(f"no setup reply from clients {missing} (is every node's partition-id set?)")
+    expected = grid_digest(grid_of(scenario))
+    groups: dict[int, list[int]] = {}
+    for client, (_node, metrics, _arrays) in sorted(by_client.items()):
+        groups.setdefault(int(metrics["grid-digest"]), []).append(client)
+    if len(groups) > 1 or expected not in groups:
+        d = scenario.data
+        parts = [f"clients {cl} have a grid of {_grid_text(by_client[cl[0]][1])}" for cl in groups.values()]
+        raise SetupError("grid mismatch between nodes: " + "; ".join(parts) + f"; the scenario's grid is "
+                         f"{d.grid_points} points {d.grid_start:g}..{d.grid_stop:g}")
+    return by_client
+
+
+def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) -> NodeSetup:
+    """Run the setup phase (see module docstring) on ``grid``; raises :class:`SetupError`."""
+    if not isinstance(scenario.data, NodeFiles):
+        raise ValueError("node_setup is for node-local data (data kind 'node_files')")
+    num = scenario.federation.num_clients
+    node_ids = sorted(grid.get_node_ids())
+    if len(node_ids) != num:
+        raise SetupError(f"{len(node_ids)} nodes connected but the scenario has federation.num_clients = {num} "
+                         "(node-local data: exactly one client per node)")
+    messages = [Message(content=RecordDict({"config": ConfigRecord({"phase": SETUP_PHASE})}),
+                        dst_node_id=node, message_type=MessageType.QUERY) for node in node_ids]
+    log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, grid%s)", num,
+        ", DP covariance summaries" if isinstance(scenario.basis, FederatedDPBasis) else "")
+    try:
+        by_client = check_setup_replies(scenario, list(grid.send_and_receive(messages, timeout=timeout)))
+    except SetupError as exc:
+        log(ERROR, "fdp-flower: %s", exc)
+        raise
+    sizes = np.array([int(by_client[c][1]["num-examples"]) for c in range(num)])
+    node_of_client = {c: int(by_client[c][0]) for c in range(num)}
+    b = scenario.basis
+    if not isinstance(b, FederatedDPBasis):
+        return NodeSetup(build_basis(scenario), sizes, node_of_client)
+    seconds, means, releases, clipped = [], [], [], {}
+    pre = federated_fpca.scenario_pre_basis(scenario, grid_of(scenario))
+    for c in range(num):
+        _node, metrics, arrays = by_client[c]
+        arr = unpack_arrays(arrays)
+        if set(arr) != {"second_moment", "mean"}:
+            raise SetupError(f"client {c}: setup reply lacks its covariance summary")
+        try:
+            federated_fpca.check_summary(arr["second_moment"], arr["mean"], pre.n_components)
+        except ValueError as exc:
+            raise SetupError(f"client {c}: {exc}") from None
+        sensitivity = float(federated_fpca.summary_sensitivity(clip_cb=b.clip_cb, m=sizes[c]))
+        sigma = federated_fpca.phase_noise_sigma(b, int(sizes[c]))
+        if not np.isclose(float(metrics["sensitivity"]), sensitivity, rtol=1e-9, atol=0) or \
+                not np.isclose(float(metrics["sigma"]), 0.0 if sigma is None else sigma, rtol=1e-9, atol=0):
+            raise SetupError(f"client {c}: summary sensitivity/sigma do not match the scenario's calibration")
+        if sigma is not None:  # the noise was added on the client before its reply
+            releases.append(GaussianRelease(c, federated_fpca.FPCA_ROUND, sensitivity, sigma,
+                                            mechanism=federated_fpca.FPCA_MECHANISM))
+        if "clipped-rows" in metrics:
+            clipped[c] = int(metrics["clipped-rows"])
+        seconds.append(arr["second_moment"])
+        means.append(arr["mean"])
+    basis = federated_fpca.aggregate_basis(seconds, means, sizes, pre, b.n_components)
+    log(INFO, "fdp-flower: federated DP-FPCA basis: K=%d of B=%d, explained variance %.3f", b.n_components,
+        pre.n_components, float(np.sum(basis.explained_variance_ratio)))
+    return NodeSetup(basis, sizes, node_of_client, releases, clipped)
