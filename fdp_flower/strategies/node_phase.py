@@ -68,19 +68,29 @@ def _grid_text(metrics) -> str:
     return f"{int(metrics['grid-points'])} points {float(metrics['grid-start']):g}..{float(metrics['grid-stop']):g}"
 
 
-def check_setup_replies(scenario: Scenario, replies: list[Message]) -> dict[int, tuple[int, object, object]]:
-    """Validate the setup replies; returns {client: (node, metrics, arrays)} or raises :class:`SetupError`."""
+def unpack_setup_reply(reply: Message) -> tuple[int, dict | None, dict | None, str | None]:
+    """(node, metrics, arrays, error reason) of one setup reply."""
+    node = int(reply.metadata.src_node_id)
+    if reply.has_error():
+        return node, None, None, str(reply.error.reason)
+    return node, dict(reply.content["metrics"]), unpack_arrays(reply.content["arrays"]), None
+
+
+def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None, dict | None, str | None]]
+                        ) -> dict[int, tuple[int, dict, dict]]:
+    """Validate unpacked setup replies (:func:`unpack_setup_reply`); returns {client: (node, metrics,
+    arrays)} or raises :class:`SetupError` naming the nodes at fault."""
     num = scenario.federation.num_clients
-    errors = [f"node {r.metadata.src_node_id}: {r.error.reason}" for r in replies if r.has_error()]
+    errors = [f"node {node}: {reason.strip().splitlines()[-1] if reason.strip() else 'error'}"
+              for node, _m, _a, reason in replies if reason is not None]
     if errors:
-        raise SetupError("setup phase failed on " + "; ".join(e.splitlines()[0] for e in errors))
-    by_client: dict[int, tuple[int, object, object]] = {}
-    for r in replies:
-        metrics = r.content["metrics"]
+        raise SetupError("setup phase failed on " + "; ".join(errors))
+    by_client: dict[int, tuple[int, dict, dict]] = {}
+    for node, metrics, arrays, _reason in replies:
         client = int(metrics["partition-id"])
         if client in by_client or not 0 <= client < num:
-            raise SetupError(f"node {r.metadata.src_node_id}: bad or duplicate partition-id {client}")
-        by_client[client] = (r.metadata.src_node_id, metrics, r.content["arrays"])
+            raise SetupError(f"node {node}: bad or duplicate partition-id {client}")
+        by_client[client] = (node, metrics, arrays)
     missing = sorted(set(range(num)) - set(by_client))
     if missing:
         raise SetupError(f"no setup reply from clients {missing} (is every node's partition-id set?)")
@@ -110,7 +120,8 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, grid%s)", num,
         ", DP covariance summaries" if isinstance(scenario.basis, FederatedDPBasis) else "")
     try:
-        by_client = check_setup_replies(scenario, list(grid.send_and_receive(messages, timeout=timeout)))
+        replies = [unpack_setup_reply(r) for r in grid.send_and_receive(messages, timeout=timeout)]
+        by_client = check_setup_replies(scenario, replies)
     except SetupError as exc:
         log(ERROR, "fdp-flower: %s", exc)
         raise
@@ -122,8 +133,7 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     seconds, means, releases, clipped = [], [], [], {}
     pre = federated_fpca.scenario_pre_basis(scenario, grid_of(scenario))
     for c in range(num):
-        _node, metrics, arrays = by_client[c]
-        arr = unpack_arrays(arrays)
+        _node, metrics, arr = by_client[c]
         if set(arr) != {"second_moment", "mean"}:
             raise SetupError(f"client {c}: setup reply lacks its covariance summary")
         try:
