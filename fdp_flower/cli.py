@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _registered():
     """Subcommands contributed by other modules (privacy calculator, sweeps, ...)."""
     hooks = []
-    for module in ("fdp_flower.cli_privacy", "fdp_flower.cli_partition"):
+    for module in ("fdp_flower.cli_privacy", "fdp_flower.cli_sweep", "fdp_flower.cli_partition"):
         try:
             hooks.append(__import__(module, fromlist=["register"]).register)
         except ImportError:
