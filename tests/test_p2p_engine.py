@@ -126,3 +126,33 @@ def test_graph_is_part_of_the_results():
     assert res.graph.to_dict()["degrees"] == [1, 2, 1]
     with pytest.raises(ValueError, match="disconnected"):
         build_graph(P2PScenario(topology={"kind": "custom", "num_nodes": 4, "edges": [[0, 1], [2, 3]]}).topology, 0)
+
+
+def test_every_shipped_p2p_scenario_loads_and_builds():
+    from pathlib import Path
+
+    from fdp_flower.p2p.config import load_p2p_scenario
+
+    files = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("p2p_*.yaml"))
+    assert len(files) >= 8
+    for f in files:
+        s = load_p2p_scenario(f)
+        g = build_graph(s.topology, s.seed)
+        problem = build_problem(s.data, g.num_nodes, s.seed, with_reference=False) \
+            if s.data.kind != "adult" else None
+        if problem is not None:
+            assert build_algorithm(s.algorithm, s.privacy, problem).steps == s.algorithm.steps
+
+
+def test_config_errors_are_clear():
+    from fdp_flower.p2p.config import parse_p2p_scenario
+    from fdp_flower.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match="epsiln"):
+        parse_p2p_scenario({"privacy": {"epsiln": 1.0}})
+    with pytest.raises(ScenarioError, match="non-private baseline"):
+        parse_p2p_scenario({"algorithm": {"kind": "decentralized_admm"}})
+    with pytest.raises(ScenarioError, match="average_degree"):
+        parse_p2p_scenario({"topology": {"kind": "erdos_renyi", "num_nodes": 4, "average_degree": 5.0}})
+    with pytest.raises(ScenarioError, match="leave privacy.schedule constant"):
+        parse_p2p_scenario({"privacy": {"mode": "total", "eps": 1.0, "schedule": {"kind": "geometric"}}})

@@ -166,6 +166,7 @@ class SyntheticRegressionData(_Frozen):
     lam: float = Field(0.1, ge=0, le=1e6, description="penalty weight in sum_i f_i (elastic net, ridge)")
     lam1: float = Field(1.0, ge=0, le=1e6, description="elastic net: weight of ||x||_1 inside P")
     lam2: float = Field(0.5, ge=0, le=1e6, description="elastic net: weight of ||x||^2 inside P")
+    heterogeneity: float = Field(0.0, ge=0, le=100, description="h: node i observes x0 + h N(0, I) (0: iid)")
 
 
 class AdultData(_Frozen):
@@ -200,7 +201,7 @@ def build_problem(cfg, num_nodes: int, seed: int, *, with_reference: bool = True
     if cfg.kind == "synthetic_regression":
         return p.synthetic_problem(cfg.problem, num_nodes=num_nodes, samples_per_node=cfg.samples_per_node,
                                    dim=cfg.dim, noise=cfg.noise, c1=cfg.c1, residual_bound=cfg.residual_bound,
-                                   lam=cfg.lam, lam1=cfg.lam1, lam2=cfg.lam2, rng=rng,
+                                   lam=cfg.lam, lam1=cfg.lam1, lam2=cfg.lam2, heterogeneity=cfg.heterogeneity, rng=rng,
                                    with_reference=with_reference)
     if cfg.kind == "adult":
         return p.adult_problem(num_nodes=num_nodes, samples_per_node=cfg.samples_per_node,
@@ -313,12 +314,22 @@ def _schedule(step) -> StepSchedule:
     return StepSchedule(step.kind, eta0=step.eta0)
 
 
+def _check_privacy_section(privacy) -> None:
+    schedule = getattr(privacy, "schedule", None)
+    if schedule is not None and getattr(schedule, "kind", "constant") != "constant":
+        raise ValueError("peer-to-peer algorithms take their budget schedule from algorithm.budget "
+                         "(zCDP-NFL, grad-NFL) or algorithm.decay (PR-ADMM); leave privacy.schedule constant")
+    if getattr(privacy, "noise_source", "seeded") != "seeded":
+        raise ValueError("the peer-to-peer mode supports privacy.noise_source: seeded only")
+
+
 def build_algorithm(cfg, privacy: PrivacyConfig, problem) -> P2PAlgorithm:
     """Resolve an algorithm config, the privacy section and the problem's G into a :class:`P2PAlgorithm`."""
     from fdp_flower.p2p.problems import is_smooth
 
     steps = cfg.steps
     private = privacy.enabled and cfg.kind != "decentralized_admm"
+    _check_privacy_section(privacy)
     g = problem.gradient_bound(paper_constants=privacy.paper_constants)
     noise = _budget.NoisePlan()
     if private:
@@ -368,6 +379,7 @@ class P2PScenario(_Frozen):
     def _consistent(self):
         if self.algorithm.kind == "decentralized_admm" and self.privacy.enabled:
             raise ValueError("decentralized_admm is the non-private baseline; set privacy.enabled: false")
+        _check_privacy_section(self.privacy)
         n = self.topology.num_nodes
         if self.data.kind != "synthetic_regression":
             limit = 569 if self.data.kind == "breast_cancer" else 45_222

@@ -224,7 +224,7 @@ SYNTHETIC_PROBLEMS = ("elastic_net", "lad", "ridge")
 
 def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100, dim: int = 10,
                       noise: float = 0.1, c1: float = 1.5, residual_bound: float = 2.0,
-                      lam: float = 0.1, lam1: float = 1.0, lam2: float = 0.5,
+                      lam: float = 0.1, lam1: float = 1.0, lam2: float = 0.5, heterogeneity: float = 0.0,
                       rng: np.random.Generator, with_reference: bool = True) -> NetworkProblem:
     """Synthetic regression of paper 002, Sec. 5: node i observes y_i = A_i x0 + e_i.
 
@@ -243,6 +243,9 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
         R of the squared loss's gradient clip, G = c1 R (default: 2.0).
     lam, lam1, lam2 : float
         Penalty weights (defaults: 0.1, 1.0, 0.5).
+    heterogeneity : float
+        Node i observes x0 + h u_i with u_i ~ N(0, I_K), so local optima differ (non-iid nodes); 0 is
+        paper 002's setting, every node observing the same x0 (default: 0.0).
     rng : np.random.Generator
         Source of x0, A and e.
     """
@@ -257,8 +260,9 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
         a, c = clip_rows(a, c1)
         n_clip += c
         e = rng.laplace(0.0, noise, samples_per_node) if kind == "lad" else noise * rng.standard_normal(samples_per_node)
+        x_i = x0 + heterogeneity * rng.standard_normal(dim) if heterogeneity > 0 else x0
         feats.append(a)
-        resps.append(a @ x0 + e)
+        resps.append(a @ x_i + e)
     if kind == "lad":
         loss, penalty, lam_ = AbsoluteLoss(), Penalty("none"), 0.0
     elif kind == "ridge":
