@@ -298,6 +298,10 @@ class Scenario(_Frozen):
 class ScenarioError(ValueError):
     """A scenario file or override that does not validate; the message is one line."""
 
+    def __init__(self, message: str = "") -> None:
+        # library messages (YAML marks, echoed input) may hold newlines: keep the error one line
+        super().__init__(" ".join(str(message).split()))
+
 
 def _format_error(source: str, exc: ValidationError) -> str:
     parts = []
