@@ -36,7 +36,7 @@ def tagged_union(*models: type[BaseModel], default: str | None = None):
 class PaperSimulation(_Frozen):
     """The functional design of paper 000, Section 5 (spec section 1)."""
 
-    kind: Literal["paper_simulation"] = "paper_simulation"
+    kind: Literal["paper_simulation"] = Field("paper_simulation", description="variant tag")
     n_samples: int = Field(100_000, ge=2, le=10_000_000, description="total samples n over all clients")
     grid_points: int = Field(100, ge=5, le=10_000, description="equispaced grid points on [0, 1]")
 
@@ -48,15 +48,15 @@ class NodeFiles(_Frozen):
     the server never sees the data and learns each m_i from the replies.
     """
 
-    kind: Literal["node_files"] = "node_files"
-    grid_start: float = Field(0.0, description="first point of the common equispaced grid")
-    grid_stop: float = Field(1.0, description="last point of the common equispaced grid")
+    kind: Literal["node_files"] = Field("node_files", description="variant tag")
+    grid_start: float = Field(0.0, ge=-1e9, le=1e9, description="first point of the common equispaced grid")
+    grid_stop: float = Field(1.0, ge=-1e9, le=1e9, description="last point of the common equispaced grid")
     grid_points: int = Field(100, ge=3, le=10_000, description="number of grid points")
     paths: list[str] | None = Field(
-        None, description="per-client files for simulation engines (client i reads paths[i]); a node's "
+        None, max_length=10_000, description="per-client files for simulation engines (client i reads paths[i]); a node's "
                           "data-path node config takes precedence")
     response_offset: float = Field(
-        0.0, description="public constant subtracted from every response on the client (the model has no "
+        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client (the model has no "
                          "intercept)")
 
     @model_validator(mode="after")
@@ -73,7 +73,7 @@ DataSource = tagged_union(PaperSimulation, NodeFiles, default="paper_simulation"
 class PooledBasis(_Frozen):
     """FPCA on all curves (non-private; simulation studies only)."""
 
-    kind: Literal["pooled"] = "pooled"
+    kind: Literal["pooled"] = Field("pooled", description="variant tag")
     n_components: int | None = Field(10, ge=1, le=200, description="K; null to choose by explained_variance")
     explained_variance: float | None = Field(None, gt=0, le=1, description="cumulative ratio that fixes K")
 
@@ -87,7 +87,7 @@ class PooledBasis(_Frozen):
 class FixedBasis(_Frozen):
     """A data-independent basis (costs no privacy)."""
 
-    kind: Literal["fixed"] = "fixed"
+    kind: Literal["fixed"] = Field("fixed", description="variant tag")
     family: Literal["cosine", "fourier", "bspline"] = Field("cosine", description="basis family")
     n_components: int = Field(10, ge=1, le=200, description="K")
 
@@ -95,7 +95,7 @@ class FixedBasis(_Frozen):
 class FederatedDPBasis(_Frozen):
     """FPCA from noisy covariance summaries of the clients (spec section 2; :mod:`fdp_flower.federated_fpca`)."""
 
-    kind: Literal["federated_dp"] = "federated_dp"
+    kind: Literal["federated_dp"] = Field("federated_dp", description="variant tag")
     n_components: int = Field(10, ge=1, le=200, description="K")
     pre_basis: Literal["bspline", "cosine", "fourier"] = Field("bspline", description="fixed pre-basis family")
     pre_basis_size: int = Field(30, ge=4, le=400, description="B: size of the pre-basis")
@@ -116,7 +116,7 @@ class FederatedDPBasis(_Frozen):
 class ProvidedBasis(_Frozen):
     """A basis supplied by the user: an .npz with grid, components (K, G), mean and weights."""
 
-    kind: Literal["provided"] = "provided"
+    kind: Literal["provided"] = Field("provided", description="variant tag")
     path: str = Field(min_length=1, description="path of the .npz (absolute or relative to the working directory)")
 
 
@@ -138,30 +138,30 @@ class PenaltyConfig(_Frozen):
 
 
 class ModelConfig(_Frozen):
-    loss: LossConfig = LossConfig()
-    penalty: PenaltyConfig = PenaltyConfig()
+    loss: LossConfig = Field(LossConfig(), description="per-sample loss l")
+    penalty: PenaltyConfig = Field(PenaltyConfig(), description="penalty P and its weight lambda")
     clip_c1: float = Field(3.0, gt=0, description="c1: client-side row-norm clip of the features")
 
 
 # ---------------------------------------------------------------- step sizes
 class Theorem2Step(_Frozen):
-    kind: Literal["theorem2"] = "theorem2"
+    kind: Literal["theorem2"] = Field("theorem2", description="variant tag")
     scale: float = Field(60.0, gt=0, le=1e4, description="multiplier of paper 000 Theorem 2's step (1 = the paper's; 60 converges in tens of rounds on the paper design)")
     c_w: float = Field(1.5, gt=0, description="a-priori bound on ||w*||")
 
 
 class ConstantStep(_Frozen):
-    kind: Literal["constant"] = "constant"
+    kind: Literal["constant"] = Field("constant", description="variant tag")
     eta0: float = Field(1.0, gt=0, description="eta")
 
 
 class InvSqrtStep(_Frozen):
-    kind: Literal["inv_sqrt"] = "inv_sqrt"
+    kind: Literal["inv_sqrt"] = Field("inv_sqrt", description="variant tag")
     eta0: float = Field(1.0, gt=0, description="eta0 in eta0 / sqrt(l)")
 
 
 class InvStep(_Frozen):
-    kind: Literal["inv"] = "inv"
+    kind: Literal["inv"] = Field("inv", description="variant tag")
     eta0: float = Field(1.0, gt=0, description="eta0 in eta0 / l")
 
 
@@ -172,10 +172,10 @@ StepConfig = tagged_union(Theorem2Step, ConstantStep, InvSqrtStep, InvStep, defa
 class FDPADMMConfig(_Frozen):
     """FDP-ADMM (privacy on) / F-ADMM (privacy off), paper 000."""
 
-    kind: Literal["fdp_admm"] = "fdp_admm"
+    kind: Literal["fdp_admm"] = Field("fdp_admm", description="variant tag")
     rho: float = Field(0.1, gt=0, description="ADMM penalty rho")
     rounds: int = Field(30, ge=1, le=100_000, description="L: number of rounds")
-    step: StepConfig = Theorem2Step()
+    step: StepConfig = Field(Theorem2Step(), description="step size schedule eta_i^l")
 
 
 Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
@@ -185,20 +185,20 @@ Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
 class ConstantSchedule(_Frozen):
     """The same noise multiplier sigma / Delta every round."""
 
-    kind: Literal["constant"] = "constant"
+    kind: Literal["constant"] = Field("constant", description="variant tag")
 
 
 class GeometricSchedule(_Frozen):
     """rho_l = rho_1 ratio^(l-1): the per-round zCDP grows, the noise variance shrinks (spec section 3)."""
 
-    kind: Literal["geometric"] = "geometric"
+    kind: Literal["geometric"] = Field("geometric", description="variant tag")
     ratio: float = Field(1.05, ge=1, le=10, description="ratio rho_{l+1} / rho_l (>= 1)")
 
 
 class PeriodicSchedule(_Frozen):
     """sigma_l^2 = sigma_1^2 decay^floor((l-1)/period) (paper 004, eq. (14))."""
 
-    kind: Literal["periodic"] = "periodic"
+    kind: Literal["periodic"] = Field("periodic", description="variant tag")
     decay: float = Field(0.925, gt=0, le=1, description="R_P: factor on sigma^2 every `period` rounds")
     period: int = Field(1, ge=1, le=100_000, description="K_p: rounds per decay step")
 
@@ -206,7 +206,7 @@ class PeriodicSchedule(_Frozen):
 class IterationSchedule(_Frozen):
     """rho_1 in round 1, rho_{k+1} = rate k (k+1) rho_1 (paper 004, eq. (15) in its rho form)."""
 
-    kind: Literal["iteration"] = "iteration"
+    kind: Literal["iteration"] = Field("iteration", description="variant tag")
     rate: float = Field(0.015, gt=0, le=1e6, description="R_T: growth rate of the per-round zCDP")
 
 
@@ -259,7 +259,7 @@ class FaultsConfig(_Frozen):
 
 
 class OutputConfig(_Frozen):
-    dir: str = Field("results", description="directory for results")
+    dir: str = Field("results", min_length=1, max_length=4096, description="directory for results")
     log_every: int = Field(1, ge=1, description="log metrics every this many rounds")
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many rounds (0: never)")
 
@@ -269,14 +269,14 @@ class Scenario(_Frozen):
 
     name: str = Field("scenario", min_length=1, max_length=200, description="name used for result files")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds data and noise")
-    data: DataSource = PaperSimulation()
-    federation: FederationConfig = FederationConfig()
-    basis: Basis = PooledBasis()
-    model: ModelConfig = ModelConfig()
-    algorithm: Algorithm = FDPADMMConfig()
-    privacy: PrivacyConfig = PrivacyConfig()
-    faults: FaultsConfig = FaultsConfig()
-    output: OutputConfig = OutputConfig()
+    data: DataSource = Field(PaperSimulation(), description="where the curves and responses come from")
+    federation: FederationConfig = Field(FederationConfig(), description="clients")
+    basis: Basis = Field(PooledBasis(), description="functional basis: curves -> K scores")
+    model: ModelConfig = Field(ModelConfig(), description="loss, penalty and feature clip")
+    algorithm: Algorithm = Field(FDPADMMConfig(), description="training algorithm and its parameters")
+    privacy: PrivacyConfig = Field(PrivacyConfig(), description="differential privacy of the releases")
+    faults: FaultsConfig = Field(FaultsConfig(), description="client failures and reply checks")
+    output: OutputConfig = Field(OutputConfig(), description="results files")
 
     @model_validator(mode="after")
     def _consistent(self):
