@@ -153,13 +153,23 @@ def _batched_loss_terms(loss, data: SharedData, y: np.ndarray, w: np.ndarray, *,
     = (1/m) sum_j a_j 1{a_j.w >= y_j} - tau abar (the comparison is exact in floating
     point: y - p <= 0 iff p >= y), so only one comparison touches the (M, C, m) array.
     """
-    proj = np.matmul(w.transpose(1, 0, 2), data.features_t)  # (M, C, m)
     if isinstance(loss, QuantileLoss) and not values:
-        hit = (proj >= y[:, None, :]).astype(float)
-        if data.mask is not None:
-            hit *= data.mask[:, None, :]
-        return (np.matmul(hit, data.features) / data.counts[:, None, None]
-                - loss.tau * data.feature_means[:, None, :]).transpose(1, 0, 2)
+        # one client at a time: the (C, m) temporaries stay in cache (2x faster than (M, C, m))
+        n_cfg, num_clients, dim = w.shape
+        m_max = data.features.shape[1]
+        proj = np.empty((n_cfg, m_max))
+        above = np.empty((n_cfg, m_max), dtype=bool)
+        hit = np.empty((n_cfg, m_max))
+        sums = np.empty((num_clients, n_cfg, dim))
+        for i in range(num_clients):
+            np.matmul(w[:, i, :], data.features_t[i], out=proj)
+            np.greater_equal(proj, y[i], out=above)
+            hit[...] = above
+            if data.mask is not None:
+                hit *= data.mask[i]
+            np.matmul(hit, data.features[i], out=sums[i])
+        return (sums / data.counts[:, None, None] - loss.tau * data.feature_means[:, None, :]).transpose(1, 0, 2)
+    proj = np.matmul(w.transpose(1, 0, 2), data.features_t)  # (M, C, m)
     feats, resp = proj[..., None], y[:, None, :]
     if values:
         v = loss.per_sample(_ONE, feats, resp)
