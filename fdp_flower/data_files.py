@@ -17,6 +17,7 @@ import csv
 import hashlib
 import importlib.metadata
 import math
+import zipfile
 from pathlib import Path
 from typing import Sequence
 
@@ -132,7 +133,7 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                                     f"(has: {', '.join(npz.files) or 'none'})")
             return (np.asarray(npz["grid"], dtype=float), np.asarray(npz["curves"], dtype=float),
                     np.asarray(npz["response"], dtype=float))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:  # a corrupt .npz is a BadZipFile
         if isinstance(exc, NodeDataError):
             raise
         raise NodeDataError(f"{path}: not a readable .npz file ({exc})") from None

@@ -160,3 +160,33 @@ def test_property_helper_rejects_foreign_errors():
         _only_project_errors(lambda: (_ for _ in ()).throw(ValueError("two\nlines")))
     with pytest.raises(KeyError):
         _only_project_errors(lambda: {}["x"])
+
+
+# ------------------------------------------------------------------ node-local data files (deployment loader)
+from fdp_flower.data_files import read_node_file  # noqa: E402
+
+cells = st.one_of(st.sampled_from(["response", "t=0", "t=0.5", "t=1", "t=x", "1", "-2.5", "nan", "inf", ""]),
+                  st.text(alphabet="0123456789.,-e \"\n", max_size=6))
+
+
+@SETTINGS
+@given(st.lists(st.lists(cells, max_size=5), max_size=5))
+def test_node_csv_files(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("csv") / "node.csv"
+    path.write_text("\n".join(",".join(r) for r in rows))
+    out = _only_project_errors(read_node_file, path)
+    assert isinstance(out, (design.CurveData, ValueError))
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(["grid", "curves", "response", "other"]),
+                       st.one_of(st.lists(any_float, max_size=4), st.lists(st.lists(any_float, max_size=3), max_size=3),
+                                 st.just([0.0, 0.5, 1.0]), st.just([[1.0, 2.0, 3.0]]), st.just([1.0])), max_size=4))
+def test_node_npz_files(tmp_path_factory, arrays):
+    path = tmp_path_factory.mktemp("npz") / "node.npz"
+    try:
+        np.savez(path, **{k: np.asarray(v, dtype=float) for k, v in arrays.items()})
+    except ValueError:  # ragged lists numpy itself refuses: write raw bytes instead
+        path.write_bytes(b"PK\x03\x04 not really")
+    out = _only_project_errors(read_node_file, path)
+    assert isinstance(out, (design.CurveData, ValueError))
