@@ -1,0 +1,140 @@
+"""Node-local data files: formats, validation errors, partitioning, scenario rules, setup-reply checks."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fdp_flower.data_files import (NodeDataError, grid_digest, load_dataset, partition, read_node_file,
+                                   write_node_file, write_partitions)
+from fdp_flower.design import CurveData
+from fdp_flower.scenario import ScenarioError, load_scenario, parse_scenario
+
+APP = Path(__file__).resolve().parents[1]
+
+
+def _data(m=7, g=12, seed=0):
+    rng = np.random.default_rng(seed)
+    grid = np.linspace(0.0, 1.0, g)
+    return CurveData(rng.standard_normal((m, g)), rng.standard_normal(m), grid)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "npz"])
+def test_round_trip_is_exact(tmp_path, fmt):
+    data = _data()
+    back = read_node_file(write_node_file(tmp_path / f"n.{fmt}", data))
+    np.testing.assert_array_equal(back.curves, data.curves)  # repr() floats round-trip exactly
+    np.testing.assert_array_equal(back.response, data.response)
+    np.testing.assert_array_equal(back.grid, data.grid)
+
+
+def test_response_offset_is_subtracted(tmp_path):
+    data = _data()
+    back = read_node_file(write_node_file(tmp_path / "n.npz", data), response_offset=2.5)
+    np.testing.assert_array_equal(back.response, data.response - 2.5)
+
+
+def test_missing_file_and_unknown_type(tmp_path):
+    with pytest.raises(NodeDataError, match="data file not found"):
+        read_node_file(tmp_path / "nope.npz")
+    (tmp_path / "x.txt").write_text("1")
+    with pytest.raises(NodeDataError, match="unknown file type"):
+        read_node_file(tmp_path / "x.txt")
+
+
+def test_wrong_columns(tmp_path):
+    p = tmp_path / "a.csv"
+    p.write_text("y,t=0,t=0.5,t=1\n1,2,3,4\n")
+    with pytest.raises(NodeDataError, match="no 'response' column"):
+        read_node_file(p)
+    p.write_text("response,t=0,x5,t=1\n1,2,3,4\n")
+    with pytest.raises(NodeDataError, match="column 'x5'"):
+        read_node_file(p)
+    p.write_text("response,t=0,t=0.5,t=1\n1,2,3\n")
+    with pytest.raises(NodeDataError, match="line 2 has 3 fields"):
+        read_node_file(p)
+    np.savez(tmp_path / "b.npz", grid=np.arange(3.0), curves=np.ones((2, 3)))
+    with pytest.raises(NodeDataError, match="missing array.*response"):
+        read_node_file(tmp_path / "b.npz")
+
+
+def test_nan_is_refused_naming_the_sample(tmp_path):
+    data = _data()
+    curves = data.curves.copy()
+    curves[4, 3] = np.nan
+    path = write_node_file(tmp_path / "n.csv", CurveData(curves, data.response, data.grid))
+    with pytest.raises(NodeDataError, match=r"curves contain NaN.*1 entries; first in sample 4"):
+        read_node_file(path)
+
+
+def test_grid_mismatch_with_the_scenario_grid(tmp_path):
+    path = write_node_file(tmp_path / "n.npz", _data(g=12))
+    with pytest.raises(NodeDataError, match="12 grid points, but the scenario's grid has 13"):
+        read_node_file(path, expected_grid=np.linspace(0, 1, 13))
+    with pytest.raises(NodeDataError, match="grid differs"):
+        read_node_file(path, expected_grid=np.linspace(0, 2, 12))
+
+
+def test_partition_is_an_even_split_of_all_samples(tmp_path):
+    data = load_dataset("paper", n_samples=301)
+    parts = partition(data, 3, shuffle_seed=1)
+    assert [p.n_samples for p in parts] == [101, 100, 100]
+    together = np.vstack([p.curves for p in parts])
+    # a permutation of the rows: same multiset of rows
+    np.testing.assert_array_equal(np.sort(together, axis=0), np.sort(data.curves, axis=0))
+    paths = write_partitions(parts, tmp_path, "csv")
+    assert [p.name for p in paths] == ["node-0.csv", "node-1.csv", "node-2.csv"]
+
+
+def test_cli_partition_writes_node_files(tmp_path, capsys):
+    from fdp_flower.cli import main
+
+    assert main(["partition", "paper", "--nodes", "3", "--out", str(tmp_path), "--n-samples", "90"]) == 0
+    assert "data-path=" in capsys.readouterr().out
+    sizes = [read_node_file(tmp_path / f"node-{i}.npz").n_samples for i in range(3)]
+    assert sizes == [30, 30, 30]
+
+
+def test_pooled_basis_is_refused_with_node_files():
+    with pytest.raises(ScenarioError, match="pooled.*never has; use 'fixed', 'provided' or 'federated_dp'"):
+        parse_scenario({"data": {"kind": "node_files"}, "basis": {"kind": "pooled"}})
+    with pytest.raises(ScenarioError, match="names 2 files for federation.num_clients = 3"):
+        parse_scenario({"data": {"kind": "node_files", "paths": ["a", "b"]}, "federation": {"num_clients": 3},
+                        "basis": {"kind": "fixed"}})
+
+
+@pytest.mark.parametrize("path", sorted(APP.glob("scenarios/deploy_*.yaml")) + sorted(APP.glob("scenarios/tecator*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_deployment_scenarios_load(path):
+    sc = load_scenario(path)
+    assert sc.data.kind == "node_files" and sc.basis.kind in ("fixed", "federated_dp", "provided")
+
+
+def _scenario3():
+    return parse_scenario({"data": {"kind": "node_files", "grid_points": 12}, "federation": {"num_clients": 3},
+                           "basis": {"kind": "fixed", "n_components": 4}})
+
+
+def _reply(node, client, grid):
+    return (node, {"partition-id": client, "num-examples": 10, "grid-digest": grid_digest(grid),
+                   "grid-points": grid.size, "grid-start": float(grid[0]), "grid-stop": float(grid[-1])}, {}, None)
+
+
+def test_setup_detects_grid_mismatch_between_nodes():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+        from fdp_flower.strategies.node_phase import SetupError, check_setup_replies
+    sc = _scenario3()
+    good, other = np.linspace(0, 1, 12), np.linspace(0, 1, 11)
+    ok = check_setup_replies(sc, [_reply(10 + c, c, good) for c in range(3)])
+    assert {c: node for c, (node, _m, _a) in ok.items()} == {0: 10, 1: 11, 2: 12}
+    with pytest.raises(SetupError, match=r"grid mismatch between nodes: clients \[0, 2\] have a grid of 12 "
+                                         r"points 0\.\.1; clients \[1\] have a grid of 11 points"):
+        check_setup_replies(sc, [_reply(10, 0, good), _reply(11, 1, other), _reply(12, 2, good)])
+    with pytest.raises(SetupError, match=r"no setup reply from clients \[2\]"):
+        check_setup_replies(sc, [_reply(10, 0, good), _reply(11, 1, good)])
+    with pytest.raises(SetupError, match="node 11: .*data file not found"):
+        check_setup_replies(sc, [_reply(10, 0, good), (11, None, None, "Traceback ...\nNodeDataError: x: data file not found"),
+                                 _reply(12, 2, good)])
