@@ -127,7 +127,7 @@ class P2PRelayStrategy(Strategy):
         if len(new) < self.graph.num_nodes:
             raise RelayError(f"round {server_round}: no reply from nodes "
                              f"{sorted(set(range(self.graph.num_nodes)) - set(new))}")
-        for release in releases:  # the noise was added on the node before it replied
+        for release in sorted(releases, key=lambda r: r.client):  # noise was added before the reply
             self.ledger.record(release)
         self.states = [new[i] for i in range(self.graph.num_nodes)]
         released = np.stack([s.released for s in self.states])
@@ -163,6 +163,13 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
             return {f"released_{k}": float(v) for k, v in evaluate_nodes(full, released[None]).items()}
 
     strategy = P2PRelayStrategy(graph, algorithm, problem.dim, evaluate=evaluator)
+    from fdp_flower.strategies.fdp_admm import wait_for_nodes, wait_for_simulation_backend
+
+    wait_for_simulation_backend()
+    connected = wait_for_nodes(grid, graph.num_nodes, settle=2.0)
+    if connected < graph.num_nodes:
+        log(INFO, "p2p relay: %d Flower nodes for %d graph nodes: each Flower node runs several graph nodes",
+            connected, graph.num_nodes)
     strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=algorithm.steps)
     return strategy
 
