@@ -125,11 +125,15 @@ def check_summary(second_moment: np.ndarray, mean: np.ndarray, dim: int) -> None
 
 
 def aggregate_basis(second_moments: Sequence[np.ndarray], means: Sequence[np.ndarray], sizes: Sequence[int],
-                    pre: FunctionalBasis, n_components: int) -> FunctionalBasis:
+                    pre: FunctionalBasis, n_components: int, *, whiten: bool = False) -> FunctionalBasis:
     """The server step: weight by m_i / n, covariance C - mu mu^T, K leading eigenvectors.
 
     Signs are fixed so that each eigenvector's largest-magnitude coefficient is
     positive (the basis is then a deterministic function of the summaries).
+    ``whiten`` scales phi_k by 1 / sqrt(lambda_k) so that the scores have unit
+    variance (a reparametrization of the same span: beta = sum_k w_k phi_k still
+    holds with the scaled phi_k; post-processing, no privacy cost); it needs
+    lambda_K > 0.
     """
     sizes = np.asarray(sizes, dtype=float)
     if len(second_moments) != len(means) or len(means) != sizes.size or sizes.size == 0:
@@ -153,8 +157,13 @@ def aggregate_basis(second_moments: Sequence[np.ndarray], means: Sequence[np.nda
     positive = np.clip(eigenvalues, 0.0, None)
     total = positive.sum()
     ratio = positive[:n_components] / total if total > 0 else np.zeros(n_components)
-    return FunctionalBasis(pre.grid, lead.T @ pre.components, mean @ pre.components, pre.weights,
-                           "federated_dp", ratio)
+    components = lead.T @ pre.components
+    if whiten:
+        if eigenvalues[n_components - 1] <= 0:
+            raise ValueError(f"cannot whiten: eigenvalue {n_components} of the noisy covariance is "
+                             f"{eigenvalues[n_components - 1]:.3g} <= 0 (fewer components, or less noise)")
+        components = components / np.sqrt(eigenvalues[:n_components])[:, None]
+    return FunctionalBasis(pre.grid, components, mean @ pre.components, pre.weights, "federated_dp", ratio)
 
 
 def basis_releases(sizes: Sequence[int], *, clip_cb: float, eps: float, delta: float,
@@ -226,5 +235,6 @@ def scenario_basis_in_process(scenario, curves_per_client: Sequence[np.ndarray],
     pre = scenario_pre_basis(scenario, grid)
     summaries = [scenario_client_summary(scenario, i, c, pre) for i, c in enumerate(curves_per_client)]
     basis = aggregate_basis([s.second_moment for s in summaries], [s.mean for s in summaries],
-                            [s.num_examples for s in summaries], pre, scenario.basis.n_components)
+                            [s.num_examples for s in summaries], pre, scenario.basis.n_components,
+                            whiten=scenario.basis.whiten)
     return basis, scenario_releases(scenario, summaries)

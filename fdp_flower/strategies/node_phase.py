@@ -152,7 +152,7 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
             clipped[c] = int(metrics["clipped-rows"])
         seconds.append(arr["second_moment"])
         means.append(arr["mean"])
-    basis = federated_fpca.aggregate_basis(seconds, means, sizes, pre, b.n_components)
+    basis = federated_fpca.aggregate_basis(seconds, means, sizes, pre, b.n_components, whiten=b.whiten)
     log(INFO, "fdp-flower: federated DP-FPCA basis: K=%d of B=%d, explained variance %.3f", b.n_components,
         pre.n_components, float(np.sum(basis.explained_variance_ratio)))
     return NodeSetup(basis, sizes, node_of_client, releases, clipped)
