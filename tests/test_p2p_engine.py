@@ -156,3 +156,24 @@ def test_config_errors_are_clear():
         parse_p2p_scenario({"topology": {"kind": "erdos_renyi", "num_nodes": 4, "average_degree": 5.0}})
     with pytest.raises(ScenarioError, match="leave privacy.schedule constant"):
         parse_p2p_scenario({"privacy": {"mode": "total", "eps": 1.0, "schedule": {"kind": "geometric"}}})
+
+
+@pytest.mark.parametrize("decay", [{"kind": "periodic", "decay": 0.9, "period": 5}, {"kind": "iteration", "rate": 0.02}])
+def test_pr_admm_ledger_against_paper_closed_forms(decay):
+    """Per node, the ledger's zCDP sum equals Theorem 4 and Theorem 3 + rho_1 (its printed "-1"), and every
+    release's sensitivity is the tight V / (m eta |V_i|) of fdp_flower.privacy.closed_forms."""
+    from fdp_flower.privacy import closed_forms as cf
+
+    s = P2PScenario(topology={"kind": "paper004_five"}, data=BreastCancerData(),
+                    algorithm=PrAdmmConfig(steps=20, eta=0.1, decay=decay), privacy=TOTAL10)
+    res = engine.run_scenario(s, metrics_every=20)
+    for node in range(5):
+        rel = res.ledger.of_client(node)
+        rho1, total = rel[0].zcdp_rho, res.ledger.zcdp_rho(node)
+        assert total == pytest.approx(b.rho_from_dp(10.0, 1e-4), rel=1e-9)
+        assert rel[0].sensitivity == pytest.approx(cf.pr_admm_sensitivity(1.0, 0.1, res.graph.degrees[node], 90))
+        if decay["kind"] == "periodic":
+            assert total == pytest.approx(cf.pr_admm_theorem3_rho(rho1, 20, 5, 0.9) + rho1, rel=1e-9)
+            assert total == pytest.approx(cf.pr_admm_periodic_rho_sum(rho1, 20, 5, 0.9), rel=1e-9)
+        else:
+            assert total == pytest.approx(cf.pr_admm_theorem4_rho(rho1, 20, 0.02), rel=1e-9)
