@@ -104,6 +104,7 @@ class FederatedDPBasis(_Frozen):
     eps: float = Field(1.0, gt=0, description="eps of the one covariance release of each client")
     delta: float = Field(1.0e-6, gt=0, lt=1, description="delta of that release")
     whiten: bool = Field(False, description="scale phi_k by 1/sqrt(lambda_k): unit-variance scores (same span)")
+    whiten: bool = Field(False, description="scale phi_k by 1/sqrt(lambda_k): unit-variance scores (same span)")
 
     @model_validator(mode="after")
     def _sizes(self):
