@@ -6,7 +6,7 @@ import pytest
 
 import fdp_flower.engine.p2p as engine
 from fdp_flower.p2p import budget as b
-from fdp_flower.p2p.config import (BreastCancerData, DecentralizedAdmmConfig, P2PScenario, PrAdmmConfig,
+from fdp_flower.p2p.config import (P2PBreastCancerData, DecentralizedAdmmConfig, P2PScenario, PrAdmmConfig,
                                    ZcdpGradNflConfig, ZcdpNflConfig, build_algorithm, build_graph, build_problem)
 from fdp_flower.p2p.node import P2PAlgorithm
 from fdp_flower.p2p.problems import data_rng, synthetic_problem
@@ -87,7 +87,7 @@ def test_pr_admm_on_breast_cancer():
     """Non-private PR-ADMM approaches the centralized classifier; at eps = 10 (one seed, 90 rows per node)
     it stays far above the majority rate (0.63); a tiny U cuts every link (the statistic only grows) and
     U = null cuts none.  The 3-point acceptance on 10 runs is in benchmarks/p2p.py."""
-    base = dict(topology={"kind": "paper004_five"}, data=BreastCancerData())
+    base = dict(topology={"kind": "paper004_five"}, data=P2PBreastCancerData())
     acc = {}
     for name, alg, priv in [("np", PrAdmmConfig(eta=0.02), NONPRIVATE),
                             ("p", PrAdmmConfig(eta=0.02), TOTAL10),
@@ -95,7 +95,7 @@ def test_pr_admm_on_breast_cancer():
         res = engine.run_scenario(P2PScenario(algorithm=alg, privacy=priv, **base), metrics_every=50)
         acc[name] = res.metrics["released_train_accuracy"][-1]
         if name == "np":
-            problem = build_problem(BreastCancerData(), 5, 0)
+            problem = build_problem(P2PBreastCancerData(), 5, 0)
             assert acc[name] >= problem.accuracy(problem.x_star)[0] - 0.02
             assert res.cut_links.sum() == 0
         if name == "cut":
@@ -104,7 +104,7 @@ def test_pr_admm_on_breast_cancer():
 
 
 def test_paper_constants_mean_more_noise():
-    problem = build_problem(BreastCancerData(), 5, 0, with_reference=False)
+    problem = build_problem(P2PBreastCancerData(), 5, 0, with_reference=False)
     tight = build_algorithm(PrAdmmConfig(), TOTAL10, problem)
     paper = build_algorithm(PrAdmmConfig(), PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4,
                                                           paper_constants=True), problem)
@@ -139,7 +139,7 @@ def test_every_shipped_p2p_scenario_loads_and_builds():
         s = load_p2p_scenario(f)
         g = build_graph(s.topology, s.seed)
         problem = build_problem(s.data, g.num_nodes, s.seed, with_reference=False) \
-            if s.data.kind != "adult" else None
+            if s.data.kind != "adult_nodes" else None
         if problem is not None:
             assert build_algorithm(s.algorithm, s.privacy, problem).steps == s.algorithm.steps
 
@@ -164,7 +164,7 @@ def test_pr_admm_ledger_against_paper_closed_forms(decay):
     release's sensitivity is the tight V / (m eta |V_i|) of fdp_flower.privacy.closed_forms."""
     from fdp_flower.privacy import closed_forms as cf
 
-    s = P2PScenario(topology={"kind": "paper004_five"}, data=BreastCancerData(),
+    s = P2PScenario(topology={"kind": "paper004_five"}, data=P2PBreastCancerData(),
                     algorithm=PrAdmmConfig(steps=20, eta=0.1, decay=decay), privacy=TOTAL10)
     res = engine.run_scenario(s, metrics_every=20)
     for node in range(5):

