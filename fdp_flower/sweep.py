@@ -194,13 +194,16 @@ def _compact(final: dict, history: list[dict]) -> tuple[dict, dict[str, np.ndarr
     return dict(final), cols
 
 
-def _run_unit(unit: list[Scenario], engine: str, history: bool) -> list[tuple[dict, dict]]:
-    """Run the scenarios of one unit (one data group for batched, one run for inprocess)."""
+def _run_unit(unit: list[Scenario], engine: str, history: bool,
+              plan_cache: dict | None = None) -> list[tuple[dict, dict]]:
+    """Run the scenarios of one unit (whole data groups for batched, which then share one
+    noise-plan cache; single runs for inprocess)."""
     _limit_threads()
     if engine == "batched":
         from fdp_flower.engine.batched import run_batched
 
-        return [_compact(r.final, r.history) for r in run_batched(unit, history=history)]
+        return [_compact(r.final, r.history) for r in run_batched(unit, history=history,
+                                                                  plan_cache={} if plan_cache is None else plan_cache)]
     from fdp_flower.engine.inprocess import run_fdp_admm
 
     out = []
@@ -222,9 +225,13 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
     for idx, (_, _, sc) in enumerate(runs):
         key = data_key(sc) if spec.sweep.engine == "batched" else str(idx)
         units.setdefault(key, []).append(idx)
-    unit_list = list(units.values())
-    n_workers = workers or spec.sweep.workers or min(os.cpu_count() or 1, len(unit_list))
-    n_workers = max(1, min(n_workers, len(unit_list)))
+    groups = list(units.values())
+    n_workers = workers or spec.sweep.workers or min(os.cpu_count() or 1, len(groups))
+    n_workers = max(1, min(n_workers, len(groups)))
+    # a few tasks per worker: each task runs several data groups (repetitions) so that the
+    # noise plans are computed once per task, and the progress bar still moves
+    per_task = max(1, math.ceil(len(groups) / (4 * n_workers))) if n_workers > 1 else 1
+    unit_list = [sum(groups[i:i + per_task], []) for i in range(0, len(groups), per_task)]
     outputs: dict[int, tuple[dict, dict]] = {}
     bar = None
     if progress:
@@ -242,8 +249,10 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
 
     if n_workers == 1:
         _limit_threads()
+        cache: dict = {}
         for indices in unit_list:
-            collect(indices, _run_unit([runs[i][2] for i in indices], spec.sweep.engine, spec.sweep.history))
+            collect(indices, _run_unit([runs[i][2] for i in indices], spec.sweep.engine, spec.sweep.history,
+                                       cache))
     else:
         with ProcessPoolExecutor(max_workers=n_workers) as pool:
             futures = [(indices, pool.submit(_run_unit, [runs[i][2] for i in indices], spec.sweep.engine,
