@@ -289,3 +289,38 @@ def test_runner_stops_cleanly_below_quorum_and_marks_the_dead_node(tmp_path):
         else:
             assert "quorum lost" in summary["stop_reason"] and summary["rounds_completed"] == 1
             assert np.load(out / "final.npz")["state_round"] == 1  # round 1 kept
+
+
+# ------------------------------------------------------------------ peer-to-peer
+def test_p2p_failed_node_is_held_and_neighbours_use_its_last_release(monkeypatch):
+    import fdp_flower.engine.p2p as engine
+    from fdp_flower.p2p.config import ZcdpNflConfig, build_algorithm
+    from fdp_flower.p2p.problems import data_rng, synthetic_problem
+    from fdp_flower.scenario import PrivacyConfig
+    from fdp_flower.topology import erdos_renyi, graph_rng
+
+    g = erdos_renyi(8, 0.4, graph_rng(1))
+    problem = synthetic_problem("lad", num_nodes=8, samples_per_node=20, dim=3, rng=data_rng(1))
+    alg = build_algorithm(ZcdpNflConfig(steps=6), PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4), problem)
+    seen = []
+    real = engine.node_round
+
+    def spy(**kw):
+        seen.append((kw["node"], kw["state"].round + 1, np.array(kw["neighbour_released"])))
+        return real(**kw)
+
+    monkeypatch.setattr(engine, "node_round", spy)
+    res = engine.run_p2p(problem, g, alg, seed=3, failure_rate=0.3, failure_seed=11)
+    failed = res.failed
+    assert failed[1:].any() and not failed[0].any()
+    np.testing.assert_array_equal(failed[1:], np.array([draw_failures(11, r, 8, 0.3) for r in range(1, 7)]))
+    assert len(seen) == int((~failed[1:]).sum())  # failed nodes computed nothing
+    released = {(r.round, r.client) for r in res.ledger.releases}
+    assert released == {(r, i) for r in range(1, 7) for i in range(8) if not failed[r, i]}
+    for r, i in zip(*np.nonzero(failed)):  # held vectors
+        for arr in (res.released, res.duals, res.primal):
+            np.testing.assert_array_equal(arr[r, i], arr[r - 1, i])
+    for node, r, received in seen:  # neighbours see the held (last released) vector
+        np.testing.assert_array_equal(received, res.released[r - 1][list(g.neighbours[node])])
+    base = engine.run_p2p(problem, g, alg, seed=3)
+    assert not base.failed.any() and not np.allclose(base.released[-1], res.released[-1])

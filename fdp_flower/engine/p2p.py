@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fdp_flower.faults import draw_failures, hold_failed_nodes
 from fdp_flower.p2p.node import NodeState, P2PAlgorithm, node_round
 from fdp_flower.p2p.problems import NetworkProblem
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
@@ -38,6 +39,7 @@ class P2PResult:
     cut_links: np.ndarray  # (T+1,) links cut by the threshold, summed over nodes (directed count)
     solver_iterations: np.ndarray  # (T+1,) Newton iterations summed over nodes
     metrics: dict = field(default_factory=dict)
+    failed: np.ndarray | None = None  # (T+1, N) bool: node failed in round r (injected; row 0 all False)
 
     @property
     def final_primal(self) -> np.ndarray:
@@ -71,7 +73,8 @@ def evaluate(problem: NetworkProblem, xs: np.ndarray) -> dict:
 
 
 def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, seed: int,
-            metrics_every: int = 1, on_round=None) -> P2PResult:
+            metrics_every: int = 1, on_round=None, failure_rate: float = 0.0,
+            failure_seed: int | None = None) -> P2PResult:
     """Run ``algorithm`` for ``algorithm.steps`` rounds on ``graph``.
 
     Parameters
@@ -88,6 +91,12 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
         Evaluate metrics every this many rounds and at the last (default: 1).
     on_round : callable or None
         Called as ``on_round(round, states)`` after every round (default: None).
+    failure_rate : float
+        Each node fails independently with this probability each round
+        (:func:`fdp_flower.faults.draw_failures`, stream of ``failure_seed``, default ``seed``).
+        A failed node computes and releases nothing (no ledger entry); its state is held
+        and its neighbours use its last released vector (:func:`fdp_flower.faults.hold_failed_nodes`).
+        (default: 0.0)
     """
     n, k = problem.num_nodes, problem.dim
     if graph.num_nodes != n:
@@ -107,10 +116,16 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
     ledger = PrivacyLedger()
     rho_spent = np.zeros(n)
     cap = algorithm.noise.rho_total
+    failed = np.zeros((steps + 1, n), dtype=bool)
     for r in range(1, steps + 1):
         prev = released[r - 1]
         new_states = []
+        failed[r] = draw_failures(seed if failure_seed is None else failure_seed, r, n, failure_rate)
         for i in range(n):
+            if failed[r, i]:  # held: same vectors, round counter in step with the others
+                s = states[i]
+                new_states.append(NodeState(r, s.released, s.dual, s.link_stat))
+                continue
             params = algorithm.release_parameters(r, len(problem.responses[i]), int(degrees[i]))
             if params is not None and math.isfinite(cap):
                 rho = params[0] ** 2 / (2 * params[1] ** 2)
@@ -130,6 +145,9 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
             cut[r] += res.cut_links
             iters[r] += res.solver_iterations
         states = new_states
+        if failed[r].any():
+            for arr in (primal, released, duals):
+                arr[r] = hold_failed_nodes(arr[r - 1], arr[r], ~failed[r])
         if on_round is not None:
             on_round(r, states)
     rounds = np.unique(np.r_[np.arange(0, steps + 1, metrics_every), steps])
@@ -137,7 +155,7 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
     for name, xs in (("primal", primal[rounds]), ("released", released[rounds])):
         for key, val in evaluate(problem, xs).items():
             metrics[f"{name}_{key}"] = val
-    return P2PResult(algorithm, graph, seed, primal, released, duals, ledger, cut, iters, metrics)
+    return P2PResult(algorithm, graph, seed, primal, released, duals, ledger, cut, iters, metrics, failed)
 
 
 def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | None = None,
