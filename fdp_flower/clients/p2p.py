@@ -9,6 +9,9 @@ from public quantities (m_i, |N_i|, the round, the scenario), with
 
 ``scenario`` is duck-typed: anything with ``seed``, ``topology``, ``data``,
 ``algorithm`` and ``privacy`` as in :class:`fdp_flower.p2p.config.P2PScenario`.
+The peer-to-peer data sources are simulated from the public seed, so any
+SuperNode can serve any graph node (the relay names it in the message); node-local
+data files are not supported in this mode yet.
 """
 from __future__ import annotations
 
@@ -65,10 +68,7 @@ def p2p_node_update(scenario, node: int, *, state: NodeState, neighbour_ids, nei
 def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
     """Unpack a relay message, run the node's round, pack the reply (new state + public bookkeeping)."""
     config = msg.content["config"]
-    node = int(config["partition-id"])
-    if "partition-id" in context.node_config and int(context.node_config.get("num-partitions", -1)) == \
-            p2p_setup(scenario)[0].num_nodes and int(context.node_config["partition-id"]) != node:
-        raise ValueError(f"this SuperNode holds partition {context.node_config['partition-id']}, not {node}")
+    node = int(config["partition-id"])  # the graph node this message is for (named by the relay)
     arrays = unpack_arrays(msg.content["arrays"])
     state = NodeState.from_arrays({k: arrays[k] for k in STATE_KEYS})
     if state.round + 1 != int(config["round"]):
