@@ -44,7 +44,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"run {result.stop_reason}")
     if result.failures:
         print(f"client failures: {len(result.failures)} (see failures.csv)")
-    print(f"final MISE = {summary['final'].get('mise', float('nan')):.5f}")
+    mise = summary["final"].get("mise")  # None when the true beta is unknown (node files, real data)
+    print(f"final MISE = {mise:.5f}" if mise is not None else
+          f"final objective = {summary['final'].get('objective', float('nan')):.5g} (no true beta: no MISE)")
     if summary["privacy"].get("private"):
         print(f"privacy spent per client: eps = {summary['privacy']['eps']:.4f} at delta = "
               f"{summary['privacy']['delta']:g} (worst client, PLD accounting)")
