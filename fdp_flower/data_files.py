@@ -33,7 +33,11 @@ GRID_RTOL = 1e-9
 
 
 class NodeDataError(ValueError):
-    """A node file that cannot be used; the message names the file and the problem."""
+    """A node file that cannot be used; the message names the file and the problem (one line)."""
+
+    def __init__(self, message: str = "") -> None:
+        # echoed file content (a quoted header with a newline) must not break the one-line message
+        super().__init__(" ".join(str(message).split()))
 
 
 # ------------------------------------------------------------------ grids
