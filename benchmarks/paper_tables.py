@@ -16,13 +16,13 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread per process (see fdp_flower.sweep)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import platform
+import time
+from pathlib import Path
 
-from fdp_flower.report import report  # noqa: E402
-from fdp_flower.sweep import load_sweep, run_sweep, write_sweep_results  # noqa: E402
+from fdp_flower.report import report
+from fdp_flower.sweep import load_sweep, run_sweep, write_sweep_results
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "paper_tables"
@@ -50,9 +50,9 @@ def main(argv=None) -> int:
                    + (f" --workers {args.workers}" if args.workers else ""))
         footer = [
             "",
-            f"Command: `{command}`; wall time {wall:.0f} s with {result.workers} worker process(es) on "
-            f"{os.cpu_count()} CPU(s) ({platform.processor() or platform.machine()}, Python "
-            f"{platform.python_version()}); {len(result.runs)} runs.",
+            (f"Command: `{command}`; wall time {wall:.0f} s with {result.workers} worker process(es) on "
+             f"{os.cpu_count()} CPU(s) ({platform.processor() or platform.machine()}, Python "
+             f"{platform.python_version()}); {len(result.runs)} runs."),
         ]
         if spec.sweep.repetitions < 100:
             footer.append(f"Reduced run: {spec.sweep.repetitions} repetitions instead of the paper's 100; "

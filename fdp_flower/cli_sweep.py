@@ -45,7 +45,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from fdp_flower.report import report
 
-    text, counts = report(args.results)
+    text, _ = report(args.results)
     out = Path(args.out) if args.out else Path(args.results) / "report.md"
     out.write_text(text)
     print(text)

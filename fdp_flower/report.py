@@ -36,9 +36,9 @@ def paper_table_markdown(summary: dict, table: int | None = None) -> tuple[str, 
     configs = summary["configs"]
     lines = [f"### Table {table}: MISE, {penalty}-penalized quantile regression, M = {m}",
              "",
-             f"Ours = mean over {summary['repetitions']} repetitions of the MISE of the "
-             f"{'final iterate w^L' if summary['estimator'] == 'final' else 'running average wbar^L'}"
-             f" (± standard error); paper in parentheses; **bold**: ours <= paper.",
+             (f"Ours = mean over {summary['repetitions']} repetitions of the MISE of the "
+              f"{'final iterate w^L' if summary['estimator'] == 'final' else 'running average wbar^L'}"
+              f" (± standard error); paper in parentheses; **bold**: ours <= paper."),
              "",
              "| eps | delta | " + " | ".join(f"tau = {t:g}" for t in paper_tables.TAUS) + " |",
              "|---|---|" + "---|" * len(paper_tables.TAUS)]
@@ -61,7 +61,7 @@ def paper_table_markdown(summary: dict, table: int | None = None) -> tuple[str, 
             text = f"{_fmt(ours)} ± {_fmt(c['mise_se'])} ({paper:g})"
             cells.append(f"**{text}**" if ok else text)
         e = "∞" if eps is None else f"{eps:g}"
-        d = "-" if delta is None else f"1e{int(round(math.log10(delta)))}"
+        d = "-" if delta is None else f"1e{round(math.log10(delta))}"
         lines.append(f"| {e} | {d} | " + " | ".join(cells) + " |")
     lines += ["", f"{counts['at_or_below']} of {counts['cells']} cells at or below the paper's MISE"
               + (f"; {counts['missing']} cells not run" if counts["missing"] else "") + "."]
@@ -71,8 +71,8 @@ def paper_table_markdown(summary: dict, table: int | None = None) -> tuple[str, 
 def generic_markdown(summary: dict) -> str:
     configs = summary["configs"]
     keys = sorted({k for c in configs for k in c["labels"]})
-    lines = [f"### {summary['name']}: MISE ({summary['estimator']} estimate, "
-             f"{summary['repetitions']} repetitions)", "",
+    lines = [(f"### {summary['name']}: MISE ({summary['estimator']} estimate, "
+              f"{summary['repetitions']} repetitions)"), "",
              "| config | " + " | ".join(keys) + " | MISE mean | std | se | eps whole run (zCDP) |",
              "|---|" + "---|" * (len(keys) + 4)]
     for c in configs:
@@ -92,9 +92,9 @@ def report(results_dir: str | Path) -> tuple[str, dict | None]:
     if "configs" not in summary:
         raise ValueError(f"{summary_path}: not a sweep summary (run `fdp-flower sweep` first)")
     header = [f"# {summary['name']}", "",
-              f"{summary['runs']} runs ({len(summary['configs'])} configurations x {summary['repetitions']} "
-              f"repetitions), engine {summary['engine']}, {summary['workers']} worker(s), "
-              f"{summary['elapsed_seconds']:.0f} s.", ""]
+              (f"{summary['runs']} runs ({len(summary['configs'])} configurations x {summary['repetitions']} "
+               f"repetitions), engine {summary['engine']}, {summary['workers']} worker(s), "
+               f"{summary['elapsed_seconds']:.0f} s."), ""]
     if summary.get("paper_table"):
         body, counts = paper_table_markdown(summary)
         return "\n".join(header) + "\n" + body + "\n", counts

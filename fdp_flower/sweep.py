@@ -22,25 +22,39 @@ draws (common random numbers), and run together on the batched engine
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fdp_flower.scenario import (Scenario, ScenarioError, _format_error, apply_overrides, parse_scenario,
-                                 scenario_to_yaml)
+from fdp_flower.scenario import (
+    Scenario,
+    ScenarioError,
+    _format_error,
+    apply_overrides,
+    parse_scenario,
+)
 
-__all__ = ["SweepConfig", "SweepSpec", "load_sweep", "parse_sweep", "run_sweep", "write_sweep_results",
-           "SweepResult"]
+__all__ = [
+    "SweepConfig",
+    "SweepResult",
+    "SweepSpec",
+    "load_sweep",
+    "parse_sweep",
+    "run_sweep",
+    "write_sweep_results",
+]
 
 
 class SweepConfig(BaseModel):
@@ -131,14 +145,10 @@ def parse_sweep(data: dict[str, Any], source: str = "<sweep>", overrides: list[s
     points = [dict(zip(keys, values)) for values in itertools.product(*(sweep.grid[k] for k in keys))]
     configs = []
     for point in points:
-        for i, case in enumerate(sweep.cases or [{}]):
+        for case in sweep.cases or [{}]:
             labels = _labels(point, case)
             where = f"{source} (sweep {', '.join(f'{k}={v}' for k, v in labels.items()) or 'base'})"
-            try:
-                scenario = parse_scenario(apply_overrides(data, labels), where)
-            except ScenarioError:
-                raise
-            configs.append((labels, scenario))
+            configs.append((labels, parse_scenario(apply_overrides(data, labels), where)))
     return SweepSpec(base, sweep, tuple(configs), source)
 
 
@@ -177,12 +187,10 @@ class SweepResult:
 def _limit_threads() -> None:
     """One BLAS thread per worker: with 2 shared cores, oversubscribed OpenBLAS threads are
     20-100x slower on these small matrices."""
-    try:
+    with contextlib.suppress(ImportError):  # threadpoolctl comes with scikit-learn
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
-    except Exception:  # pragma: no cover - threadpoolctl missing
-        pass
 
 
 _HIST_COLUMNS = ("mise", "mise_avg", "eps_zcdp", "empirical_loss", "objective")
@@ -231,7 +239,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
     # a few tasks per worker: each task runs several data groups (repetitions) so that the
     # noise plans are computed once per task, and the progress bar still moves
     per_task = max(1, math.ceil(len(groups) / (4 * n_workers))) if n_workers > 1 else 1
-    unit_list = [sum(groups[i:i + per_task], []) for i in range(0, len(groups), per_task)]
+    unit_list = [list(itertools.chain.from_iterable(groups[i:i + per_task]))
+                 for i in range(0, len(groups), per_task)]
     outputs: dict[int, tuple[dict, dict]] = {}
     bar = None
     if progress:
@@ -332,6 +341,3 @@ def write_sweep_results(result: SweepResult, out_dir: str | Path, *, plots: bool
             plotting.plot_sweep_convergence(summary, hist_rows, out / "convergence.png")
     return out
 
-
-def scenario_yaml_of_config(spec: SweepSpec, config: int) -> str:
-    return scenario_to_yaml(spec.configs[config][1])

@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from fdp_flower import paper_tables
 from fdp_flower.cli import main
 from fdp_flower.report import paper_table_markdown, report
-from fdp_flower.sweep import load_sweep, run_sweep, summarize_sweep, write_sweep_results
+from fdp_flower.sweep import load_sweep, run_sweep, write_sweep_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.n_samples=1200", "algorithm.rounds=6", "federation.num_clients=4"]
@@ -27,7 +26,7 @@ def test_sweep_is_reproducible_from_its_seed_for_any_worker_count():
     one = run_sweep(spec, workers=1, progress=False)
     two = run_sweep(spec, workers=2, progress=False)
     assert len(one.runs) == 21 * 2
-    key = lambda r: (r["config"], r["repetition"])  # noqa: E731
+    key = lambda r: (r["config"], r["repetition"])
     for a, b in zip(sorted(one.runs, key=key), sorted(two.runs, key=key)):
         assert a["estimate_mise"] == b["estimate_mise"] and a["seed"] == b["seed"]
     # repetitions differ (different data and noise), configurations within one differ too

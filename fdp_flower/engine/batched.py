@@ -33,8 +33,8 @@ total-budget plan never trips it).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats
@@ -45,10 +45,10 @@ from fdp_flower.fdp_admm import FDPADMMState, client_primal_step
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.losses import QuantileLoss
 from fdp_flower.mechanisms import release_rng, zcdp_to_dp
-from fdp_flower.runtime import NoisePlan, build_objective, simulation_setup
+from fdp_flower.runtime import NoisePlan, build_objective, simulation_setup, tail_start
 from fdp_flower.scenario import PaperSimulation, Scenario
 
-__all__ = ["BatchedResult", "SharedData", "run_batched", "data_key", "shared_setup"]
+__all__ = ["BatchedResult", "SharedData", "data_key", "run_batched", "shared_setup"]
 
 
 @dataclass
@@ -63,6 +63,7 @@ class BatchedResult:
     history: list[dict] = field(default_factory=list)
     trace: np.ndarray | None = None
     engine: str = "batched"
+    estimate_w: np.ndarray | None = None  # the released model of algorithm.estimator
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ def data_key(scenario: Scenario) -> str:
     """Configurations with equal keys share data, basis and features."""
     dump = scenario.model_dump(mode="json", include={"seed", "data", "federation", "basis"})
     dump["clip_c1"] = scenario.model.clip_c1
+    dump["noise_source"] = getattr(scenario.privacy, "noise_source", "seeded")
     if not isinstance(scenario.data, PaperSimulation):
         dump["loss"] = scenario.model.loss.model_dump(mode="json")  # responses may depend on the loss
     return repr(sorted(dump.items()))
@@ -99,7 +101,8 @@ def data_key(scenario: Scenario) -> str:
 def _group_key(scenario: Scenario) -> str:
     """Configurations with equal keys share the loss, penalty, rho and L (one batched update)."""
     return repr(scenario.model_dump(mode="json", include={"model": {"loss", "penalty"}}) | {
-        "rho": scenario.algorithm.rho, "rounds": scenario.algorithm.rounds})
+        "rho": scenario.algorithm.rho, "rounds": scenario.algorithm.rounds,
+        "estimator": scenario.algorithm.estimator.model_dump(mode="json")})
 
 
 def _plan_key(scenario: Scenario) -> str:
@@ -206,7 +209,8 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     deltas = [c.privacy.delta for c in configs]
     private = np.array([c.privacy.enabled for c in configs])
     z = np.zeros((2, n_cfg, num_clients, dim))
-    state = FDPADMMState(0, z[0, :, 0].copy(), z[0].copy(), z[0].copy(), z[0, :, 0].copy(), z[0].copy())
+    state = FDPADMMState(0, z[0, :, 0].copy(), z[0].copy(), z[0].copy(), z[0, :, 0].copy(), z[0].copy(),
+                         tail_start(sc0), z[0, :, 0].copy())  # the group shares its estimator
     rows: list[list[dict]] = [[] for _ in configs]
     traces = np.zeros((rounds, n_cfg, dim)) if trace else None
     lam_over_m = objective.lam / objective.num_clients
@@ -223,9 +227,10 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
         state = state.advance(noisy, rho)
         if traces is not None:
             traces[l - 1] = state.global_w
-        if history or l == rounds:
+        if history or l == rounds:  # metrics: every round, or only the last
             mise = _mise(data.basis, data.beta, state.global_w)
             mise_avg = _mise(data.basis, data.beta, state.average_global_w)
+            mise_estimate = _mise(data.basis, data.beta, state.estimate(sc0.algorithm.estimator.kind))
             extra = {}
             if full_metrics:
                 extra["empirical_loss"] = _batched_loss_terms(objective.loss, data, y, state.noisy_primals,
@@ -236,18 +241,18 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
                                       + objective.lam * objective.penalty.value(state.global_w))
             for c in range(n_cfg):
                 row = {"round": l, "eta_mean": float(eta[l - 1, c].mean()), "mise": float(mise[c]),
-                       "mise_avg": float(mise_avg[c])}
+                       "mise_avg": float(mise_avg[c]), "mise_estimate": float(mise_estimate[c])}
                 row.update({k: float(v[c]) for k, v in extra.items()})
                 if private[c]:
                     row["zcdp_rho"] = float(cum_zcdp[l - 1, c])
                     row["eps_zcdp"] = zcdp_to_dp(float(cum_zcdp[l - 1, c]), deltas[c])
-                if history or l == rounds:
-                    rows[c].append(row)
+                rows[c].append(row)
     out = []
     for c, sc in enumerate(configs):
         hist = rows[c] if history else []
         out.append(BatchedResult(sc, state.global_w[c].copy(), state.average_global_w[c].copy(), rows[c][-1],
-                                 hist, None if traces is None else traces[:, c].copy()))
+                                 hist, None if traces is None else traces[:, c].copy(),
+                                 estimate_w=state.estimate(sc0.algorithm.estimator.kind)[c].copy()))
     return out
 
 
@@ -297,7 +302,7 @@ def run_batched(scenarios: Sequence[Scenario], *, history: bool = True, full_met
         max_rounds = max(scenarios[i].algorithm.rounds for i in indices)
         noise = None
         if any(scenarios[i].privacy.enabled for i in indices):
-            source = sc0.privacy.noise_source if hasattr(sc0.privacy, "noise_source") else "seeded"
+            source = getattr(sc0.privacy, "noise_source", "seeded")
             noise = np.stack([np.stack([release_rng(sc0.seed, i, l, source).standard_normal(dim)
                                         for i in range(data.sizes.size)]) for l in range(1, max_rounds + 1)])
         groups: dict[str, list[int]] = {}
@@ -312,7 +317,7 @@ def run_batched(scenarios: Sequence[Scenario], *, history: bool = True, full_met
             for i, res in zip(members, _run_group(configs, data, local_plans, noise, history=history,
                                                   full_metrics=full_metrics, trace=trace)):
                 res.final["clipped_rows"] = int(sum(data.clipped_rows))
-                res.final["setup_seconds"] = time.perf_counter() - t0
+                res.final["group_seconds"] = time.perf_counter() - t0
                 results[i] = res
         if progress is not None:
             progress(len(indices))
