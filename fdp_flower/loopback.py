@@ -201,8 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help="directory for data, logs and results (default: a new temp dir)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the processes are stopped on SIGTERM too
-    return run_demo(args.scenario, dataset=args.dataset, nodes=args.nodes, overrides=args.set,
-                    workdir=args.workdir, fmt=args.format, n_samples=args.n_samples)
+    try:
+        return run_demo(args.scenario, dataset=args.dataset, nodes=args.nodes, overrides=args.set,
+                        workdir=args.workdir, fmt=args.format, n_samples=args.n_samples)
+    except (ValueError, RuntimeError, TimeoutError) as exc:  # NodeDataError, ScenarioError, run failures
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

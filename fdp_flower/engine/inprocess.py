@@ -158,6 +158,14 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
             break
     if checkpoint_path is not None and scenario.output.checkpoint_every:
         _checkpoint(checkpoint_path, result)
+    if getattr(scenario.basis, "kind", None) == "federated_dp" and scenario.basis.private:
+        # The basis phase's releases (one per client, round 0; same calibration as in Flower).
+        # Recorded after the loop: the guard above enforces privacy.eps on FDP-ADMM's own
+        # releases, and the basis phase has its own declared budget (basis.eps, basis.delta).
+        from fdp_flower.federated_fpca import basis_releases
+
+        b = scenario.basis
+        result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
     return result
 
 
