@@ -324,3 +324,39 @@ def test_p2p_failed_node_is_held_and_neighbours_use_its_last_release(monkeypatch
         np.testing.assert_array_equal(received, res.released[r - 1][list(g.neighbours[node])])
     base = engine.run_p2p(problem, g, alg, seed=3)
     assert not base.failed.any() and not np.allclose(base.released[-1], res.released[-1])
+
+
+# ------------------------------------------------------------------ fuzzing the server with replies
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_metric_values = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=True, allow_infinity=True))
+_metric_keys = st.sampled_from(["partition-id", "num-examples", "eta", "sensitivity", "sigma", "clipped-rows", "x"])
+_arrays = st.dictionaries(st.sampled_from(["noisy_primal", "scores", "dual"]),
+                          st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=0, max_size=6),
+                          max_size=2)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(metrics=st.dictionaries(_metric_keys, _metric_values, max_size=7), arrays=_arrays,
+       keep_honest_metrics=st.booleans())
+def test_server_never_crashes_on_any_reply(metrics, arrays, keep_honest_metrics):
+    """Client 1's round-2 reply is replaced by arbitrary records: the round is applied (5 of 6 reply),
+    client 1 is either accepted (a well-formed reply) or recorded as failed, never an exception."""
+    sc = scenario(faults={"max_primal_norm": 1e3}, algorithm={"rounds": 2})
+
+    def fuzz(rnd, client, msg, reply):
+        if (rnd, client) != (2, 1):
+            return reply
+        m = dict(reply.content["metrics"]) if keep_honest_metrics else {}
+        m.update(metrics)
+        return Message(RecordDict({"arrays": pack_arrays(**{k: np.asarray(v) for k, v in arrays.items()}),
+                                   "metrics": MetricRecord(m)}), reply_to=msg)
+
+    strategy, _ = run_strategy(sc, fuzz)
+    assert strategy.state.round == 2 and np.all(np.isfinite(strategy.state.global_w))
+    failed = [(f.round, f.client) for f in strategy.failures]
+    assert failed in ([], [(2, 1)])
+    if not failed:  # accepted only if it is exactly a valid release
+        assert set(arrays) == {"noisy_primal"} and len(arrays["noisy_primal"]) == 4

@@ -14,7 +14,7 @@ from fdp_flower.runtime import load_partition, partition_sizes
 from fdp_flower.scenario import Scenario, ScenarioError, apply_overrides, load_scenario, parse_scenario
 from fdp_flower.validation import DataValidationError, check_curve_data, check_same_grid
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # names that occur in the schema, so that generated mappings often reach deep validators
 NAMES = ["name", "seed", "data", "kind", "paper_simulation", "n_samples", "grid_points", "federation",
