@@ -8,6 +8,10 @@ from pathlib import Path
 from fdp_flower import paper_tables
 
 
+_ESTIMATORS = {"final": "final iterate w^L", "average": "running average wbar^L",
+               "scenario": "estimator of each configuration's algorithm.estimator"}
+
+
 def _fmt(x: float | None, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
@@ -37,7 +41,7 @@ def paper_table_markdown(summary: dict, table: int | None = None) -> tuple[str, 
     lines = [f"### Table {table}: MISE, {penalty}-penalized quantile regression, M = {m}",
              "",
              (f"Ours = mean over {summary['repetitions']} repetitions of the MISE of the "
-              f"{'final iterate w^L' if summary['estimator'] == 'final' else 'running average wbar^L'}"
+              f"{_ESTIMATORS.get(summary['estimator'], summary['estimator'])}"
               f" (± standard error); paper in parentheses; **bold**: ours <= paper."),
              "",
              "| eps | delta | " + " | ".join(f"tau = {t:g}" for t in paper_tables.TAUS) + " |",

@@ -70,9 +70,10 @@ class SweepConfig(BaseModel):
     cases: list[dict[str, Any]] = Field(default_factory=list, max_length=10_000,
                                         description="alternative override sets (dotted field -> value), "
                                                     "combined with every grid point; empty: one case")
-    estimator: Literal["final", "average"] = Field(
+    estimator: Literal["final", "average", "scenario"] = Field(
         "final", description="the estimate summarised: final = w^L (paper 000's output), "
-                             "average = wbar^L = (1/L) sum_l w^l (post-processing, free)")
+                             "average = wbar^L = (1/L) sum_l w^l, scenario = each configuration's "
+                             "algorithm.estimator (all post-processing, free)")
     engine: Literal["batched", "inprocess"] = Field(
         "batched", description="batched: configurations sharing data advance together "
                                "(fdp_flower.engine.batched); inprocess: one run_fdp_admm per run")
@@ -193,7 +194,7 @@ def _limit_threads() -> None:
         threadpool_limits(1)
 
 
-_HIST_COLUMNS = ("mise", "mise_avg", "eps_zcdp", "empirical_loss", "objective")
+_HIST_COLUMNS = ("mise", "mise_avg", "mise_estimate", "eps_zcdp", "empirical_loss", "objective")
 
 
 def _compact(final: dict, history: list[dict]) -> tuple[dict, dict[str, np.ndarray]]:
@@ -274,7 +275,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
     for idx, (c, r, sc) in enumerate(runs):
         final, cols = outputs[idx]
         labels = spec.configs[c][0]
-        est = final.get("mise" if spec.sweep.estimator == "final" else "mise_avg", math.nan)
+        column = {"final": "mise", "average": "mise_avg", "scenario": "mise_estimate"}[spec.sweep.estimator]
+        est = final.get(column, math.nan)
         rows.append({"config": c, "repetition": r, "seed": sc.seed, **{k: labels[k] for k in labels},
                      "estimate_mise": est, **{k: v for k, v in final.items() if k != "round"}})
         for k, v in cols.items():
