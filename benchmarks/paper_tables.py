@@ -1,6 +1,6 @@
 """Reproduce paper 000's Tables 1-6 (MISE of FDP-ADMM) with the batched sweep engine.
 
-On demand, not in CI.  For every table it runs ``scenarios/paper_table<N>.yaml`` (2100 runs
+On demand, not in CI.  For every table it runs ``scenarios/paper_table<N>.yaml`` (10500 runs
 at 100 repetitions: 5 quantile levels x 21 privacy settings), writes the sweep results to
 ``benchmarks/results/paper_tables/table<N>/`` and the report, the paper's numbers beside
 ours, to ``benchmarks/results/paper_tables/table<N>.md`` with the wall time and machine.
