@@ -70,8 +70,7 @@ def advance_with_failures(state: FDPADMMState, replied, primals, rho: float) -> 
     held = np.where(replied[:, None], primals, state.noisy_primals)
     global_w, new_duals = server_update(held, state.duals, rho)
     duals = np.where(replied[:, None], new_duals, state.duals)
-    return FDPADMMState(state.round + 1, global_w, duals, held,
-                        state.sum_global_w + global_w, state.sum_noisy_primals + held)
+    return state.successor(global_w, duals, held)
 
 
 def hold_failed_nodes(previous: np.ndarray, current: np.ndarray, replied) -> np.ndarray:

@@ -7,6 +7,7 @@ All functions are pure and broadcast over leading (client, repetition) axes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,9 +66,25 @@ def server_update(noisy_primals: np.ndarray, duals: np.ndarray, rho: float) -> t
     return global_w, new_duals
 
 
+#: Released estimators of the global model (``algorithm.estimator.kind``).
+ESTIMATORS = ("last", "average", "tail_average")
+
+
+def tail_start_round(rounds: int, fraction: float) -> int:
+    """First round s of the tail average over the last max(1, ceil(fraction L)) of L rounds."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"tail fraction must be in (0, 1], got {fraction}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    return rounds - max(1, math.ceil(fraction * rounds - 1e-9)) + 1
+
+
 @dataclass(frozen=True)
 class FDPADMMState:
-    """Everything the run depends on; held by the server (strategy)."""
+    """Everything the run depends on; held by the server (strategy).
+
+    The global iterates may carry a leading configuration axis (batched engine).
+    """
 
     round: int
     global_w: np.ndarray  # (K,)
@@ -75,18 +92,28 @@ class FDPADMMState:
     noisy_primals: np.ndarray  # (M, K)
     sum_global_w: np.ndarray  # sum_{l<=round} w^l, for the running average wbar
     sum_noisy_primals: np.ndarray  # (M, K) sum_{l<=round} wt_i^l
+    tail_start: int = 1  # first round s summed into tail_sum_global_w
+    tail_sum_global_w: np.ndarray | None = None  # sum_{s<=l<=round} w^l (None: zeros)
 
     @classmethod
-    def initial(cls, num_clients: int, dim: int) -> "FDPADMMState":
-        """w^0 = 0, g_i^0 = 0, wt_i^0 = 0."""
+    def initial(cls, num_clients: int, dim: int, *, tail_start: int = 1) -> "FDPADMMState":
+        """w^0 = 0, g_i^0 = 0, wt_i^0 = 0; ``tail_start`` is the first round of the tail average."""
         z = np.zeros((num_clients, dim))
-        return cls(0, np.zeros(dim), z.copy(), z.copy(), np.zeros(dim), z.copy())
+        return cls(0, np.zeros(dim), z.copy(), z.copy(), np.zeros(dim), z.copy(), int(tail_start), np.zeros(dim))
+
+    def successor(self, global_w: np.ndarray, duals: np.ndarray, noisy_primals: np.ndarray) -> "FDPADMMState":
+        """The state of round + 1 holding these values, with every running sum updated."""
+        r = self.round + 1
+        tail = np.zeros_like(self.sum_global_w) if self.tail_sum_global_w is None else self.tail_sum_global_w
+        if r >= self.tail_start:
+            tail = tail + global_w
+        return FDPADMMState(r, global_w, duals, noisy_primals, self.sum_global_w + global_w,
+                            self.sum_noisy_primals + noisy_primals, self.tail_start, tail)
 
     def advance(self, noisy_primals: np.ndarray, rho: float) -> "FDPADMMState":
         """The state after the server step on this round's released primals."""
         global_w, duals = server_update(noisy_primals, self.duals, rho)
-        return FDPADMMState(self.round + 1, global_w, duals, noisy_primals,
-                            self.sum_global_w + global_w, self.sum_noisy_primals + noisy_primals)
+        return self.successor(global_w, duals, noisy_primals)
 
     @property
     def average_global_w(self) -> np.ndarray:
@@ -94,15 +121,44 @@ class FDPADMMState:
         return self.sum_global_w / max(self.round, 1)
 
     @property
+    def tail_average_global_w(self) -> np.ndarray:
+        """(1/(L - s + 1)) sum_{l=s}^{L} w^l; before round s, the last iterate w^L."""
+        count = self.round - self.tail_start + 1
+        if count < 1 or self.tail_sum_global_w is None:
+            return self.global_w
+        return self.tail_sum_global_w / count
+
+    def estimate(self, kind: str) -> np.ndarray:
+        """The released model of estimator ``kind`` (one of :data:`ESTIMATORS`): the last global
+        iterate w^L, the running average wbar^L or the tail average.  All are functions of the
+        released global iterates only, i.e. post-processing: they cost no privacy."""
+        if kind == "last":
+            return self.global_w
+        if kind == "average":
+            return self.average_global_w
+        if kind == "tail_average":
+            return self.tail_average_global_w
+        raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}, got {kind!r}")
+
+    @property
     def average_noisy_primals(self) -> np.ndarray:
         return self.sum_noisy_primals / max(self.round, 1)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        tail = np.zeros_like(self.sum_global_w) if self.tail_sum_global_w is None else self.tail_sum_global_w
         return {"round": np.array(self.round), "global_w": self.global_w, "duals": self.duals,
                 "noisy_primals": self.noisy_primals, "sum_global_w": self.sum_global_w,
-                "sum_noisy_primals": self.sum_noisy_primals}
+                "sum_noisy_primals": self.sum_noisy_primals, "tail_start": np.array(self.tail_start),
+                "tail_sum_global_w": tail}
 
     @classmethod
     def from_arrays(cls, arrays) -> "FDPADMMState":
-        return cls(int(arrays["round"]), *(np.asarray(arrays[k], dtype=float) for k in (
-            "global_w", "duals", "noisy_primals", "sum_global_w", "sum_noisy_primals")))
+        """Inverse of :meth:`to_arrays`; arrays written before the tail average existed load
+        with tail_start = 1 (tail sum = running sum)."""
+        keys = ("global_w", "duals", "noisy_primals", "sum_global_w", "sum_noisy_primals")
+        values = [np.asarray(arrays[k], dtype=float) for k in keys]
+        if "tail_start" in arrays:
+            tail_start, tail = int(arrays["tail_start"]), np.asarray(arrays["tail_sum_global_w"], dtype=float)
+        else:
+            tail_start, tail = 1, values[3].copy()
+        return cls(int(arrays["round"]), *values, tail_start, tail)

@@ -72,6 +72,8 @@ def summarize(result) -> dict:
         "rounds_completed": len(result.history), "rounds_planned": sc.algorithm.rounds,
         "final": final,
         "final_global_w": result.state.global_w.tolist(),
+        "estimator": sc.algorithm.estimator.model_dump(),
+        "final_estimate_w": result.state.estimate(sc.algorithm.estimator.kind).tolist(),
         "sample_sizes": result.sample_sizes,
         "clipped_rows": result.clipped_rows,
         "privacy": privacy_report(result.ledger, sc.privacy.delta),
@@ -99,7 +101,8 @@ def write_results(result, out_dir: str | Path) -> Path:
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:
         arrays.update({f"basis_{k}": v for k, v in result.basis.to_arrays().items()})
-        arrays["beta_hat"] = result.basis.function(result.state.global_w)
+        # the released model: the scenario's estimator (last iterate, average or tail average)
+        arrays["beta_hat"] = result.basis.function(result.state.estimate(result.scenario.algorithm.estimator.kind))
     np.savez(out / "final.npz", **arrays)
     log.info("results written to %s", out.resolve())
     return out

@@ -13,7 +13,7 @@ import numpy as np
 
 from fdp_flower import design
 from fdp_flower.clipping import clip_rows
-from fdp_flower.fdp_admm import FDPADMMState, Objective, primal_sensitivity
+from fdp_flower.fdp_admm import FDPADMMState, Objective, primal_sensitivity, tail_start_round
 from fdp_flower.fpca import FunctionalBasis, fit_pooled_fpca, fixed_basis
 from fdp_flower.losses import make_loss
 from fdp_flower.mechanisms import classic_gaussian_sigma
@@ -209,7 +209,9 @@ class Evaluator:
                         * float(np.linalg.norm(wbar_i[i] - wbar))
                         for i, (a, y) in enumerate(zip(self.features, self.responses)))
         obj = self.total_objective(state.global_w)
+        estimate = state.estimate(self.scenario.algorithm.estimator.kind)
         out = {"mise": self.mise(state.global_w), "mise_avg": self.mise(wbar),
+               "mise_estimate": self.mise(estimate),
                "empirical_loss": float(loss_at_primals), "objective": obj,
                "augmented_objective": augmented}
         if self.reference is not None:
@@ -240,8 +242,17 @@ def simulation_setup(scenario: Scenario, *, with_reference: bool = True):
     return sizes, basis, list(feats), responses, list(clipped), evaluator
 
 
+def tail_start(scenario: Scenario) -> int:
+    """First round summed by the released estimator's tail average (1 unless ``tail_average``)."""
+    a = scenario.algorithm
+    if a.estimator.kind != "tail_average":
+        return 1
+    return tail_start_round(a.rounds, a.estimator.tail_fraction)
+
+
 def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
-    return FDPADMMState.initial(scenario.federation.num_clients, dim)
+    """w^0 = 0, g^0 = 0, wt^0 = 0, with the tail-average start of ``algorithm.estimator``."""
+    return FDPADMMState.initial(scenario.federation.num_clients, dim, tail_start=tail_start(scenario))
 
 
 def privacy_columns(ledger, delta: float) -> dict[str, float]:

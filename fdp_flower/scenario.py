@@ -170,6 +170,16 @@ StepConfig = tagged_union(Theorem2Step, ConstantStep, InvSqrtStep, InvStep, defa
 
 
 # ---------------------------------------------------------------- algorithms
+class EstimatorConfig(_Frozen):
+    """The model a run releases at the end: a function of the global iterates w^1..w^L only
+    (post-processing, no privacy cost); see :meth:`fdp_flower.fdp_admm.FDPADMMState.estimate`."""
+
+    kind: Literal["last", "average", "tail_average"] = Field(
+        "last", description="last: w^L; average: (1/L) sum_l w^l; tail_average: the mean of the last "
+                            "max(1, ceil(tail_fraction L)) iterates")
+    tail_fraction: float = Field(0.5, gt=0, le=1, description="tail_average: fraction of the rounds averaged")
+
+
 class FDPADMMConfig(_Frozen):
     """FDP-ADMM (privacy on) / F-ADMM (privacy off), paper 000."""
 
@@ -177,6 +187,7 @@ class FDPADMMConfig(_Frozen):
     rho: float = Field(0.1, gt=0, description="ADMM penalty rho")
     rounds: int = Field(30, ge=1, le=100_000, description="L: number of rounds")
     step: StepConfig = Field(Theorem2Step(), description="step size schedule eta_i^l")
+    estimator: EstimatorConfig = Field(EstimatorConfig(), description="the released model (post-processing)")
 
 
 Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
@@ -265,8 +276,24 @@ class OutputConfig(_Frozen):
     checkpoint_every: int = Field(10, ge=0, description="write a checkpoint every this many rounds (0: never)")
 
 
+#: Defaults of ``algorithm`` (FDP-ADMM) in total-budget mode, for the fields a scenario leaves unset
+#: (issue 9; chosen on the public simulation design with tuning seeds disjoint from the evaluation
+#: seeds, see docs/choosing_a_budget.md).  Per-round mode and privacy off keep the field defaults.
+TOTAL_BUDGET_DEFAULTS: dict[str, Any] = {
+    "rounds": 80,
+    "step": {"kind": "constant", "eta0": 3.0},
+    "estimator": {"kind": "tail_average", "tail_fraction": 0.5},
+}
+
+
 class Scenario(_Frozen):
-    """A complete run description."""
+    """A complete run description.
+
+    With ``privacy.mode: total`` (and privacy enabled) the FDP-ADMM fields ``rounds``, ``step``
+    and ``estimator`` that the scenario does not set take :data:`TOTAL_BUDGET_DEFAULTS`
+    instead of their field defaults (a budget for the whole run favours a constant step, a
+    moderate number of rounds and a tail average); values given explicitly are never changed.
+    """
 
     name: str = Field("scenario", min_length=1, max_length=200, description="name used for result files")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds data and noise")
@@ -278,6 +305,26 @@ class Scenario(_Frozen):
     privacy: PrivacyConfig = Field(PrivacyConfig(), description="differential privacy of the releases")
     faults: FaultsConfig = Field(FaultsConfig(), description="client failures and reply checks")
     output: OutputConfig = Field(OutputConfig(), description="results files")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _total_budget_defaults(cls, data: Any) -> Any:
+        """Fill the unset FDP-ADMM fields of a total-budget scenario (never overrides a given value)."""
+        if not isinstance(data, dict):
+            return data
+        privacy = data.get("privacy")
+        if isinstance(privacy, PrivacyConfig):
+            enabled, mode = privacy.enabled, privacy.mode
+        elif isinstance(privacy, dict):
+            enabled, mode = privacy.get("enabled", True), privacy.get("mode", "per_round")
+        else:
+            return data
+        algorithm = data.get("algorithm", {})
+        if enabled is not True or mode != "total" or not isinstance(algorithm, dict) \
+                or algorithm.get("kind", "fdp_admm") != "fdp_admm":
+            return data
+        unset = {k: v for k, v in TOTAL_BUDGET_DEFAULTS.items() if k not in algorithm}
+        return {**data, "algorithm": {**algorithm, **unset}} if unset else data
 
     @model_validator(mode="after")
     def _consistent(self):

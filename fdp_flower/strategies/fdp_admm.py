@@ -30,7 +30,7 @@ from fdp_flower.fdp_admm import FDPADMMState
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 from fdp_flower.results import summarize, write_results
-from fdp_flower.runtime import NoisePlan, privacy_columns, simulation_setup
+from fdp_flower.runtime import NoisePlan, initial_state, privacy_columns, simulation_setup
 from fdp_flower.scenario import NodeFiles, Scenario
 from fdp_flower.strategies.records import pack_arrays, unpack_arrays
 
@@ -86,7 +86,7 @@ class FDPADMMStrategy(Strategy):
         self.basis = basis
         self.num_clients = scenario.federation.num_clients
         self.plan = NoisePlan(scenario, basis.n_components)
-        self.state = FDPADMMState.initial(self.num_clients, basis.n_components)
+        self.state = initial_state(scenario, basis.n_components)
         self.evaluate_state = evaluate_state
         self.ledger = PrivacyLedger()
         self.history: list[dict] = []
@@ -403,8 +403,9 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     out = write_results(result, out_dir)
     summary = summarize(result)
     final = summary["final"] or {}
-    log(INFO, "fdp-flower: %s after %d rounds; final MISE = %s", stop_reason, len(strategy.history),
-        f"{final.get('mise', float('nan')):.5f}" if final else "n/a")
+    log(INFO, "fdp-flower: %s after %d rounds; final MISE (%s) = %s", stop_reason, len(strategy.history),
+        scenario.algorithm.estimator.kind,
+        f"{final.get('mise_estimate', final.get('mise', float('nan'))):.5f}" if final else "n/a")
     privacy = summary["privacy"]
     if scenario.privacy.enabled and privacy.get("private"):
         w = privacy["worst_client"]
