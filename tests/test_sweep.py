@@ -119,3 +119,15 @@ def test_cli_run_writes_convergence_plot(tmp_path):
     assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(out),
                  "--set", "data.n_samples=600", "--set", "algorithm.rounds=3"]) == 0
     assert (out / "convergence.png").stat().st_size > 1000 and (out / "history.csv").is_file()
+
+
+def test_inprocess_sweep_engine_equals_batched():
+    path = ROOT / "scenarios" / "quickstart.yaml"
+    common = ["data.n_samples=600", "algorithm.rounds=4", "sweep={repetitions: 2, grid: {privacy.eps: [0.2, 0.8]}}"]
+    batched = run_sweep(load_sweep(path, common), workers=1, progress=False)
+    inproc = run_sweep(load_sweep(path, [*common, "sweep.engine=inprocess"]), workers=1, progress=False)
+    assert len(batched.runs) == len(inproc.runs) == 4
+    for a, b in zip(batched.runs, inproc.runs):
+        assert (a["config"], a["repetition"]) == (b["config"], b["repetition"])
+        assert abs(a["estimate_mise"] - b["estimate_mise"]) < 1e-10
+    assert np.allclose(batched.histories[0]["mise"], inproc.histories[0]["mise"], rtol=0, atol=1e-10)
