@@ -16,10 +16,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib.metadata
+import itertools
 import math
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -262,7 +263,7 @@ def partition(data: CurveData, nodes: int, *, shuffle_seed: int | None = None) -
         order = np.random.default_rng(shuffle_seed).permutation(data.n_samples)
     bounds = partition_bounds(data.n_samples, nodes)
     return [CurveData(data.curves[order[a:b]], data.response[order[a:b]], data.grid)
-            for a, b in zip(bounds[:-1], bounds[1:])]
+            for a, b in itertools.pairwise(bounds)]
 
 
 def write_partitions(parts: Sequence[CurveData], out_dir: str | Path, fmt: str = "npz",

@@ -29,8 +29,8 @@ raw curve, coefficient vector or score ever leaves a client.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -74,14 +74,14 @@ class LoopbackFederation:
         return env
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "w")
+        log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 (closed right after the spawn)
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=self.env, cwd=self.workdir, start_new_session=True)
         log.close()
         self.processes.append(proc)
         return proc
 
-    def start(self, timeout: float = 60.0) -> "LoopbackFederation":
+    def start(self, timeout: float = 60.0) -> LoopbackFederation:
         (self.workdir / "flwr_home").mkdir(parents=True, exist_ok=True)
         self.link_port = free_port()
         link = self._spawn("superlink", [_bin("flower-superlink"), "--insecure",
@@ -99,7 +99,7 @@ class LoopbackFederation:
 
     def _flwr(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
         return subprocess.run([_bin("flwr"), *args], env=self.env, cwd=self.app_dir, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
 
     def run(self, run_config: dict[str, str], timeout: float = 600.0) -> tuple[int, str]:
         """``flwr run`` the app with ``run_config``; wait until it finishes; returns (run id, status)."""
@@ -150,7 +150,7 @@ class LoopbackFederation:
             proc.wait()
         self.processes.clear()
 
-    def __enter__(self) -> "LoopbackFederation":
+    def __enter__(self) -> LoopbackFederation:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -74,7 +74,7 @@ def test_noise_free_aggregate_equals_pooled_pca_of_the_coefficients():
     pre = ff.pre_basis("bspline", 12, grid)
     coef = pre.scores(data.curves)
     cov = np.cov(coef.T, bias=True)
-    vals, vecs = np.linalg.eigh(cov)
+    _vals, vecs = np.linalg.eigh(cov)
     top = vecs[:, ::-1][:, :4]
     pooled = top.T @ pre.components
     for k in range(4):  # equal up to sign

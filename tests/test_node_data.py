@@ -7,8 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fdp_flower.data_files import (NodeDataError, grid_digest, load_dataset, partition, read_node_file,
-                                   write_node_file, write_partitions)
+from fdp_flower.data_files import (
+    NodeDataError,
+    grid_digest,
+    load_dataset,
+    partition,
+    read_node_file,
+    write_node_file,
+    write_partitions,
+)
 from fdp_flower.design import CurveData
 from fdp_flower.scenario import ScenarioError, load_scenario, parse_scenario
 
