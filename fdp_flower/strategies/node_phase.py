@@ -118,7 +118,7 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     messages = [Message(content=RecordDict({"config": ConfigRecord({"phase": SETUP_PHASE})}),
                         dst_node_id=node, message_type=MessageType.QUERY) for node in node_ids]
     log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, grid%s)", num,
-        ", DP covariance summaries" if isinstance(scenario.basis, FederatedDPBasis) else "")
+        ", covariance summaries" if isinstance(scenario.basis, FederatedDPBasis) else "")
     try:
         replies = [unpack_setup_reply(r) for r in grid.send_and_receive(messages, timeout=timeout)]
         by_client = check_setup_replies(scenario, replies)
