@@ -239,7 +239,7 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
     n_workers = max(1, min(n_workers, len(groups)))
     # a few tasks per worker: each task runs several data groups (repetitions) so that the
     # noise plans are computed once per task, and the progress bar still moves
-    per_task = max(1, math.ceil(len(groups) / (4 * n_workers))) if n_workers > 1 else 1
+    per_task = max(1, math.ceil(len(groups) / (10 * n_workers))) if n_workers > 1 else 1
     unit_list = [list(itertools.chain.from_iterable(groups[i:i + per_task]))
                  for i in range(0, len(groups), per_task)]
     outputs: dict[int, tuple[dict, dict]] = {}
