@@ -172,3 +172,35 @@ def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | Non
         problem = build_problem(scenario.data, graph.num_nodes, scenario.seed)
     algorithm = build_algorithm(scenario.algorithm, scenario.privacy, problem)
     return run_p2p(problem, graph, algorithm, seed=scenario.seed + repetition, metrics_every=metrics_every)
+
+
+def summarize(result: P2PResult, delta: float) -> dict:
+    """Final metrics, privacy spent, graph and link cuts of one run, as plain data."""
+    final = {k: float(v[-1]) for k, v in result.metrics.items() if k != "round"}
+    return {"algorithm": result.algorithm.kind, "steps": result.algorithm.steps, "seed": result.seed,
+            "final": final, "privacy": result.privacy(delta), "graph": result.graph.to_dict(),
+            "cut_links_final": int(result.cut_links[-1])}
+
+
+def main(argv=None) -> None:
+    """``python -m fdp_flower.engine.p2p SCENARIO.yaml [a.b=value ...]``: run every repetition in process
+    and print a JSON summary per repetition."""
+    import json
+    import sys
+
+    from fdp_flower.p2p.config import build_graph, build_problem, load_p2p_scenario
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        raise SystemExit("usage: python -m fdp_flower.engine.p2p SCENARIO.yaml [section.field=value ...]")
+    scenario = load_p2p_scenario(args[0], args[1:])
+    graph = build_graph(scenario.topology, scenario.seed)
+    problem = build_problem(scenario.data, graph.num_nodes, scenario.seed)
+    for rep in range(scenario.repetitions):
+        res = run_scenario(scenario, repetition=rep, problem=problem,
+                           metrics_every=max(1, scenario.algorithm.steps // 10))
+        print(json.dumps({"repetition": rep, **summarize(res, scenario.privacy.delta)}))
+
+
+if __name__ == "__main__":
+    main()
