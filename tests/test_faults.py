@@ -360,3 +360,41 @@ def test_server_never_crashes_on_any_reply(metrics, arrays, keep_honest_metrics)
     assert failed in ([], [(2, 1)])
     if not failed:  # accepted only if it is exactly a valid release
         assert set(arrays) == {"noisy_primal"} and len(arrays["noisy_primal"]) == 4
+
+
+def test_a_restarted_node_rejoins_under_a_new_node_id():
+    """Node 6 (client 5) dies after round 1 and comes back as node 99 in round 4: its first reply
+    from the new node was computed without its state (unnamed message) and is discarded; from
+    round 5 on it is messaged its own state again and takes part."""
+    sc = scenario(algorithm={"rounds": 6})
+
+    class RestartGrid(FakeGrid):
+        calls = 0
+
+        def get_node_ids(self):  # called once per round, by configure_train
+            self.calls += 1
+            return [1, 2, 3, 4, 5, 6] if self.calls <= 1 else [1, 2, 3, 4, 5] if self.calls <= 3 \
+                else [1, 2, 3, 4, 5, 99]
+
+        def send_and_receive(self, messages, *, timeout=None):
+            out = []
+            for msg in messages:
+                if msg.metadata.dst_node_id == 99:  # the restarted SuperNode holds partition 5
+                    msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+                    ctx = Context(run_id=1, node_id=99, node_config={"partition-id": 5, "num-partitions": 6},
+                                  state=RecordDict(), run_config={})
+                    out.append(handle_fdp_admm_train(msg, ctx, sc))
+                else:  # the strategy never messages node 6 while it is gone
+                    assert not (msg.metadata.dst_node_id == 6 and self.calls > 1)
+                    out += super().send_and_receive([msg], timeout=timeout)
+            return out
+
+    grid = RestartGrid(sc)
+    _sizes, basis, *_rest, evaluator = simulation_setup(sc, with_reference=False)
+    strategy = FDPADMMStrategy(sc, basis, evaluate_state=evaluator, partition_sizes=_sizes)
+    strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=np.zeros(4)), num_rounds=6)
+    fails = [(f.round, f.client, f.charged) for f in strategy.failures]
+    assert fails == [(2, 5, False), (3, 5, False), (4, 5, True)]  # gone (nothing sent), then discarded
+    assert "rejoined" in strategy.failures[-1].reason
+    assert strategy.node_of_client[5] == 99 and strategy.state.round == 6
+    assert [row["failed_clients"] for row in strategy.history] == [0, 1, 1, 1, 0, 0]

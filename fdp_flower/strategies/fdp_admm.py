@@ -133,13 +133,15 @@ class FDPADMMStrategy(Strategy):
                 f"(node-local data: one client per node)")
         if not self.node_of_client:
             self.node_of_client = {c: node_ids[c % len(node_ids)] for c in range(self.num_clients)}
-        return [(self.node_of_client[c], c) for c in range(self.num_clients)]
+        live = set(node_ids)
+        return [(self.node_of_client[c], c) for c in range(self.num_clients) if self.node_of_client[c] in live]
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         node_ids = sorted(grid.get_node_ids())
         if not node_ids:
             raise FederationError(f"round {server_round}: no nodes connected")
+        self._live_nodes = set(node_ids)
         basis = {f"basis_{k}": v for k, v in self.basis.to_arrays().items()}
         self._named = self._named or len(node_ids) < self.num_clients
         self._outbox = []
@@ -191,7 +193,15 @@ class FDPADMMStrategy(Strategy):
             raise FederationError(f"bad or duplicate partition id {client}")
         if client_hint is not None and client != client_hint:
             raise FederationError(f"reply names partition {client} but the message was for client {client_hint}")
-        if self.node_of_client.get(client, reply.metadata.src_node_id) != reply.metadata.src_node_id:
+        old = self.node_of_client.get(client, reply.metadata.src_node_id)
+        if old != reply.metadata.src_node_id:
+            if client_hint is None and old not in getattr(self, "_live_nodes", {old}):
+                # the client's node is gone and it came back as a new node (a restarted SuperNode):
+                # this reply was computed from an unnamed (zero) state, so it is discarded, but the
+                # client is routed to its new node from the next round on
+                self.node_of_client[client] = reply.metadata.src_node_id
+                raise FederationError(f"client {client} rejoined from a new node; this reply is discarded "
+                                      "(computed without its state), it is messaged again next round")
             raise FederationError(f"client {client} replied from another node")
         if set(arrays) != {"noisy_primal"}:
             raise FederationError(f"client {client}: reply arrays {sorted(arrays)} != ['noisy_primal']")
