@@ -64,3 +64,24 @@ def test_loopback_deployment_completes_and_equals_the_simulation(tmp_path):
     np.testing.assert_allclose(final["state_noisy_primals"], sim.state.noisy_primals, rtol=1e-10, atol=1e-12)
     print(f"deployment == simulation: max |w_dep - w_sim| = "
           f"{np.max(np.abs(final['state_global_w'] - sim.state.global_w)):.3g}")
+
+
+@pytest.mark.slow
+def test_loopback_deployment_reports_a_grid_mismatch_as_a_failed_run(tmp_path):
+    """One node's file is on another grid: the setup phase stops the run, the SuperLink says
+    ``finished:failed`` (although ``flwr run --stream`` exits 0) and the log names the clients."""
+    good = partition(load_dataset("paper", seed=0, n_samples=300), 3)
+    odd = load_dataset("paper", seed=1, n_samples=100, grid_points=99)
+    paths = write_partitions([good[0], odd, good[2]], tmp_path / "data", "csv")
+    fed = LoopbackFederation(paths, tmp_path)
+    try:
+        fed.start()
+        _run_id, status = fed.run({"scenario": str(APP / "scenarios" / "deploy_demo.yaml"), "overrides": "",
+                                   "results-dir": str(tmp_path / "results")}, timeout=150)
+    finally:
+        fed.stop()
+    assert status == "finished:failed"
+    log = (tmp_path / "flwr_run.log").read_text()
+    assert "grid mismatch between nodes: clients [0, 2] have a grid of 100 points 0..1; clients [1] have " \
+           "a grid of 99 points 0..1" in log
+    assert not list((tmp_path / "results").glob("*/summary.json"))  # nothing was trained
