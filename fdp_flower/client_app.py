@@ -10,23 +10,24 @@ with warnings.catch_warnings():
     from flwr.clientapp import ClientApp
 
 from fdp_flower.clients.fdp_admm import handle_fdp_admm_train
-from fdp_flower.scenario import Scenario, scenario_from_run_config
+from fdp_flower.clients.gradient_admm import handle_gradient_admm_train
+from fdp_flower.clients.p2p import handle_p2p_train
+from fdp_flower.scenario_families import any_scenario_from_run_config, family_of
 
 app = ClientApp()
 
-# algorithm kind -> handler(msg, context, scenario) -> reply
-TRAIN_HANDLERS: dict[str, Callable[[Message, Context, Scenario], Message]] = {
+# algorithm family -> handler(msg, context, scenario) -> reply
+TRAIN_HANDLERS: dict[str, Callable[[Message, Context, object], Message]] = {
     "fdp_admm": handle_fdp_admm_train,
+    "p2p": handle_p2p_train,
+    "gradient_admm": handle_gradient_admm_train,
 }
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    scenario = scenario_from_run_config(context.run_config)
-    handler = TRAIN_HANDLERS.get(scenario.algorithm.kind)
-    if handler is None:
-        raise ValueError(f"algorithm {scenario.algorithm.kind!r} has no client handler")
-    return handler(msg, context, scenario)
+    scenario = any_scenario_from_run_config(context.run_config)
+    return TRAIN_HANDLERS[family_of(scenario.algorithm.kind)](msg, context, scenario)
 
 
 @app.query()
@@ -34,4 +35,4 @@ def query(msg: Message, context: Context) -> Message:
     """The setup phase of a run on node-local data (m_i, grid, federated DP-FPCA summary)."""
     from fdp_flower.clients.node_phase import handle_node_setup_query
 
-    return handle_node_setup_query(msg, context, scenario_from_run_config(context.run_config))
+    return handle_node_setup_query(msg, context, any_scenario_from_run_config(context.run_config))

@@ -11,24 +11,24 @@ with warnings.catch_warnings():
     from flwr.common.logger import log
     from flwr.serverapp import Grid, ServerApp
 
-from fdp_flower.scenario import Scenario, scenario_from_run_config
+from fdp_flower.scenario_families import any_scenario_from_run_config, family_of
 from fdp_flower.strategies.fdp_admm import run_fdp_admm_federation, wait_for_simulation_backend
+from fdp_flower.strategies.gradient_admm import run_gradient_admm_server
+from fdp_flower.strategies.relay import run_p2p_federation
 
 app = ServerApp()
 
-# algorithm kind -> runner(grid, context, scenario); each runner builds its strategy and saves results
-RUNNERS: dict[str, Callable[[Grid, Context, Scenario], None]] = {
+# algorithm family -> runner(grid, context, scenario); each runner builds its strategy and saves results
+RUNNERS: dict[str, Callable[[Grid, Context, object], None]] = {
     "fdp_admm": run_fdp_admm_federation,
+    "p2p": run_p2p_federation,
+    "gradient_admm": run_gradient_admm_server,
 }
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    scenario = scenario_from_run_config(context.run_config)
+    scenario = any_scenario_from_run_config(context.run_config)
     log(INFO, "fdp-flower: scenario %r (%s)", scenario.name, scenario.algorithm.kind)
-    runner = RUNNERS.get(scenario.algorithm.kind)
-    if runner is None:
-        raise ValueError(f"algorithm {scenario.algorithm.kind!r} has no Flower runner "
-                         f"(available: {', '.join(sorted(RUNNERS))})")
     wait_for_simulation_backend()
-    runner(grid, context, scenario)
+    RUNNERS[family_of(scenario.algorithm.kind)](grid, context, scenario)

@@ -242,3 +242,31 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
                 "%.4g by RDP, %.4g by zCDP at delta = %g", r.neighbouring, r.client, r.releases,
                 r.eps_theorem1, r.eps_rdp, r.eps_zcdp, r.delta)
     return strategy
+
+
+def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
+    """ServerApp runner (dispatch hook for dp_admm / dp_acc_admm): run, then write the results."""
+    import json
+    import time
+    from pathlib import Path
+
+    from fdp_flower.results import write_csv
+    from fdp_flower.scenario import scenario_to_yaml
+
+    strategy = run_gradient_admm_federation(grid, scenario)
+    base = Path(str(context.run_config.get("results-dir", "") or "results"))
+    out = base / f"{scenario.name}-flower-{time.strftime('%Y%m%d-%H%M%S')}-run{context.run_id}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+    write_csv(out / "history.csv", strategy.history)
+    write_csv(out / "ledger.csv", strategy.ledger.to_rows())
+    np.savez(out / "final.npz", x=strategy.state.x)
+    summary = {"name": scenario.name, "engine": "flower", "rounds_completed": len(strategy.history),
+               "final": strategy.history[-1] if strategy.history else {}}
+    if strategy.privacy is not None:
+        from fdp_flower.gradient_admm import privacy_report
+
+        summary["privacy"] = [r.__dict__ for r in privacy_report(strategy.ledger, delta=strategy.privacy.delta,
+                                                                 alpha=strategy.privacy.alpha)]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    log(INFO, "fdp-flower: results in %s", out.resolve())

@@ -160,7 +160,7 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
         full = build_problem(scenario.data, graph.num_nodes, scenario.seed)
 
         def evaluator(_round, released):
-            return {f"released_{k}": float(v) for k, v in evaluate_nodes(full, released[None]).items()}
+            return {f"released_{k}": float(v) for k, v in evaluate_nodes(full, released).items()}
 
     strategy = P2PRelayStrategy(graph, algorithm, problem.dim, evaluate=evaluator)
     from fdp_flower.strategies.fdp_admm import wait_for_nodes, wait_for_simulation_backend
