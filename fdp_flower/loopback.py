@@ -64,6 +64,7 @@ class LoopbackFederation:
     app_dir: Path = APP_DIR
     processes: list[subprocess.Popen] = field(default_factory=list)
     link_port: int = 0
+    stopped_pids: list[int] = field(default_factory=list)
 
     @property
     def env(self) -> dict[str, str]:
@@ -129,8 +130,27 @@ class LoopbackFederation:
             raise RuntimeError(f"flwr ls failed: {proc.stdout}{proc.stderr}") from None
         return str(runs[0]["status"])
 
+    def _descendants(self) -> list[int]:
+        """PIDs of every process started by ours (e.g. the SuperLink's flower-superexec, which
+        runs in its own session), from /proc; empty where /proc does not exist."""
+        parent: dict[int, int] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                parent[int(stat.parent.name)] = int(fields[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        found, frontier = [], {p.pid for p in self.processes}
+        while frontier:
+            children = {pid for pid, ppid in parent.items() if ppid in frontier and pid not in found}
+            found += sorted(children)
+            frontier = children
+        return found
+
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM every started process group (supernodes first), then SIGKILL what is left."""
+        """SIGTERM every started process group (supernodes first), then SIGKILL what is left,
+        including descendants that left our process groups."""
+        descendants = self._descendants()
         for proc in reversed(self.processes):
             if proc.poll() is None:
                 try:
@@ -148,6 +168,14 @@ class LoopbackFederation:
             except ProcessLookupError:
                 pass
             proc.wait()
+        for pid in descendants:  # normally gone already (they watch their parent)
+            try:  # guard against PID reuse: only a Flower process
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"flower" in cmd or b"flwr" in cmd:
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError, PermissionError):
+                pass
+        self.stopped_pids = [p.pid for p in self.processes] + descendants
         self.processes.clear()
 
     def __enter__(self) -> LoopbackFederation:

@@ -43,7 +43,8 @@ def test_loopback_deployment_completes_and_equals_the_simulation(tmp_path):
     finally:
         fed.stop()
     assert not fed.processes
-    for pid in pids:  # every started process (group) is gone
+    assert set(pids) <= set(fed.stopped_pids) and len(fed.stopped_pids) > len(pids)  # + superexecs
+    for pid in fed.stopped_pids:  # every started process and its descendants are gone
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
 
     (out,) = list(results.glob(f"*run{run_id}"))
