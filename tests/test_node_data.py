@@ -145,3 +145,36 @@ def test_setup_detects_grid_mismatch_between_nodes():
     with pytest.raises(SetupError, match="node 11: .*data file not found"):
         check_setup_replies(sc, [_reply(10, 0, good), (11, None, None, "Traceback ...\nNodeDataError: x: data file not found"),
                                  _reply(12, 2, good)])
+
+
+def test_provided_basis_from_a_file(tmp_path):
+    from fdp_flower.engine.inprocess import run_fdp_admm
+    from fdp_flower.fpca import fixed_basis
+
+    paths = write_partitions(partition(load_dataset("paper", n_samples=300), 3), tmp_path, "npz")
+    grid = np.linspace(0.0, 1.0, 100)
+    np.savez(tmp_path / "basis.npz", **fixed_basis("cosine", 6, grid).to_arrays())
+    common = {"data": {"kind": "node_files", "paths": [str(p) for p in paths]}, "federation": {"num_clients": 3},
+              "algorithm": {"rounds": 3}, "privacy": {"enabled": False}}
+    provided = run_fdp_admm(parse_scenario({**common, "basis": {"kind": "provided", "path": str(tmp_path / "basis.npz")}}),
+                            with_reference=False)
+    fixed = run_fdp_admm(parse_scenario({**common, "basis": {"kind": "fixed", "family": "cosine", "n_components": 6}}),
+                         with_reference=False)
+    np.testing.assert_array_equal(provided.state.global_w, fixed.state.global_w)  # same basis, same run
+    np.savez(tmp_path / "other.npz", **fixed_basis("cosine", 6, np.linspace(0.0, 1.0, 50)).to_arrays())
+    with pytest.raises(ValueError, match="grid differs from the scenario's grid"):
+        run_fdp_admm(parse_scenario({**common, "basis": {"kind": "provided", "path": str(tmp_path / "other.npz")}}),
+                     with_reference=False)
+
+
+def test_parquet_round_trip_or_clear_error(tmp_path):
+    data = _data()
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        with pytest.raises(NodeDataError, match="Parquet needs pandas and pyarrow"):
+            write_node_file(tmp_path / "n.parquet", data)
+        return
+    back = read_node_file(write_node_file(tmp_path / "n.parquet", data))
+    np.testing.assert_array_equal(back.curves, data.curves)
+    np.testing.assert_array_equal(back.grid, data.grid)
