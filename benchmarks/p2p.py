@@ -5,6 +5,7 @@ Usage::
     python benchmarks/p2p.py                 # everything (about 10 minutes on 2 shared cores)
     python benchmarks/p2p.py --only nfl      # paper 002 part (synthetic elastic net, LAD, ridge)
     python benchmarks/p2p.py --only pr_admm  # paper 004 part (Adult or breast cancer)
+    python benchmarks/p2p.py --only pr_acceptance  # PR-ADMM eps = 10 vs non-private, 10 runs
     python benchmarks/p2p.py --quick         # fewer repetitions, for a smoke test
 
 Writes Markdown tables, PNG plots and a JSON dump to benchmarks/results/p2p/.
@@ -286,6 +287,36 @@ def run_pr(data, label, eta_values, runs, eps_grid, report, dump, tag, schemes=N
     dump[f"pr_admm_{tag}"] = out
 
 
+def run_pr_acceptance(runs: int) -> None:
+    """Acceptance: PR-ADMM at total eps = 10, delta = 1e-4 within 3 accuracy points of non-private on Adult
+    (breast cancer when Adult is not installed), ``runs`` noise seeds, both decay schemes."""
+    data, label = (P2PAdultData(), "UCI Adult") if adult_available() else (P2PBreastCancerData(), "breast cancer")
+    base = P2PScenario(seed=0, topology={"kind": "paper004_five"}, data=data)
+    problem = build_problem(data, 5, 0)
+    eta = 0.02
+    nonpriv = run_scenario(base.model_copy(update=dict(algorithm=PrAdmmConfig(eta=eta, steps=PR_K),
+                                                       privacy=NONPRIVATE)), problem=problem, metrics_every=PR_K)
+    np_tr = nonpriv.metrics["released_train_accuracy"][-1]
+    np_te = nonpriv.metrics["released_test_accuracy"][-1]
+    rows = [["non-private ADMM", "-", f"{np_tr:.4f}", f"{np_te:.4f}", "0", "yes"]]
+    for name in ("PR-ADMM (Per), U = 0.1", "PR-ADMM (Iter), U = 1"):
+        res = [run_scenario(base.model_copy(update=dict(algorithm=pr_schemes(eta)[name], privacy=total(10.0))),
+                            problem=problem, repetition=r, metrics_every=PR_K) for r in range(runs)]
+        tr = np.array([r.metrics["released_train_accuracy"][-1] for r in res])
+        te = np.array([r.metrics["released_test_accuracy"][-1] for r in res])
+        gap = 100 * max(np_tr - tr.mean(), np_te - te.mean())
+        rows.append([name, "10", f"{tr.mean():.4f} +- {tr.std():.4f}", f"{te.mean():.4f} +- {te.std():.4f}",
+                     f"{gap:.2f}", "yes" if gap <= 3 else "NO"])
+    text = (f"# PR-ADMM acceptance on {label}\n\nCommand: `python benchmarks/p2p.py --only pr_acceptance`\n\n"
+            f"5 agents (paper 004 graph), K = {PR_K}, eta = {eta}, total eps = 10, delta = 1e-4, {runs} runs; "
+            "accuracy of the released x~_i^K averaged over agents; gap = the larger of the train and test "
+            "shortfalls, in points.\n\n"
+            + md_table(["algorithm", "total eps", "train accuracy", "test accuracy", "gap (points)",
+                        "within 3 points"], rows))
+    (OUT / "pr_admm_acceptance.md").write_text(text)
+    print(text)
+
+
 def adult_available() -> bool:
     try:
         from fdp_flower.data.tabular import load_adult_raw
@@ -298,7 +329,7 @@ def adult_available() -> bool:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("nfl", "pr_admm"), default=None)
+    ap.add_argument("--only", choices=("nfl", "pr_admm", "pr_acceptance"), default=None)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test)")
     args = ap.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -332,6 +363,8 @@ def main(argv=None):
         report.append(f"\nTotal time {time.time() - t1:.0f}s.\n")
         (OUT / "pr_admm.md").write_text("\n".join(report))
         (OUT / "pr_admm.json").write_text(json.dumps(dump, indent=1, default=float))
+    if args.only in (None, "pr_acceptance"):
+        run_pr_acceptance(2 if args.quick else 10)
     print(f"done in {time.time() - t0:.0f}s; results in {OUT}")
 
 
