@@ -110,7 +110,7 @@ class LoopbackFederation:
         proc = self._flwr("run", str(self.app_dir), CONNECTION, "--run-config", str(cfg), "--stream",
                           timeout=timeout)
         (self.workdir / "flwr_run.log").write_text(proc.stdout + proc.stderr)
-        found = re.search(r"run\D*(\d{5,})", proc.stdout + proc.stderr)
+        found = re.search(r"started run\D*(\d+)", proc.stdout + proc.stderr)
         if found is None:
             raise RuntimeError(f"flwr run did not start a run (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
         run_id = int(found.group(1))
