@@ -110,3 +110,12 @@ def test_worker_refuses_a_non_neighbour_vector_and_relay_refuses_missing_replies
     replies = grid.send_and_receive(good[:-1])
     with pytest.raises(RelayError, match="no reply from nodes \\[4\\]"):
         strategy.aggregate_train(1, replies)
+
+
+def test_relay_evaluator_matches_engine_metrics():
+    scenario = SCENARIOS["grad"]
+    strategy = run_relay(InMemoryGrid(scenario, [7]), scenario, evaluate=True)
+    engine = run_scenario(scenario)
+    got = [row["released_normalized_error"] for row in strategy.history]
+    np.testing.assert_allclose(got, engine.metrics["released_normalized_error"][1:], rtol=1e-12)
+    assert all(isinstance(v, float) for v in got)
