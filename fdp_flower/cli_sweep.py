@@ -86,7 +86,8 @@ def extend_run(sub) -> None:
     inner = run.get_default("func")
 
     def run_with_engine(args: argparse.Namespace) -> int:
-        from fdp_flower.scenario import load_scenario
+        from fdp_flower.scenario import Scenario
+        from fdp_flower.scenario_families import load_any_scenario as load_scenario
 
         if args.engine == "flower":
             if not args.scenario:
@@ -105,7 +106,7 @@ def extend_run(sub) -> None:
 
             scenario = load_scenario(args.scenario, args.set)
             out = Path(args.out or f"{scenario.output.dir}/{scenario.name}")
-            if (out / "history.csv").is_file():
+            if isinstance(scenario, Scenario) and (out / "history.csv").is_file():
                 path = plot_run_history(read_csv(out / "history.csv"), out / "convergence.png", scenario.name)
                 print(f"plot: {path}")
         return code
