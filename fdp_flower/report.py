@@ -54,7 +54,7 @@ def paper_table_markdown(summary: dict, table: int | None = None) -> tuple[str, 
             c = _find(configs, eps, delta, tau)
             if c is None:
                 counts["missing"] += 1
-                cells.append(f"- ({paper:g})")
+                cells.append(f"- ({paper})")
                 continue
             counts["cells"] += 1
             ours = c["mise_mean"]
@@ -62,7 +62,7 @@ def paper_table_markdown(summary: dict, table: int | None = None) -> tuple[str, 
             counts["at_or_below"] += int(ok)
             if not ok:
                 counts["above"].append({"eps": eps, "delta": delta, "tau": tau, "ours": ours, "paper": paper})
-            text = f"{_fmt(ours)} ± {_fmt(c['mise_se'])} ({paper:g})"
+            text = f"{_fmt(ours)} ± {_fmt(c['mise_se'])} ({paper})"
             cells.append(f"**{text}**" if ok else text)
         e = "∞" if eps is None else f"{eps:g}"
         d = "-" if delta is None else f"1e{round(math.log10(delta))}"
