@@ -131,3 +131,19 @@ def test_inprocess_sweep_engine_equals_batched():
         assert (a["config"], a["repetition"]) == (b["config"], b["repetition"])
         assert abs(a["estimate_mise"] - b["estimate_mise"]) < 1e-10
     assert np.allclose(batched.histories[0]["mise"], inproc.histories[0]["mise"], rtol=0, atol=1e-10)
+
+
+def test_printed_flower_command_parses_with_flwr():
+    """The run config of the printed command is what server_app.py reads (scenario, overrides)."""
+    import shlex
+
+    from flwr.common.config import parse_config_args
+
+    from fdp_flower.cli_sweep import flower_command
+    from fdp_flower.scenario import scenario_from_run_config
+
+    args = shlex.split(flower_command("scenarios/quickstart.yaml", ["privacy.eps=0.2", "algorithm.rounds=5"]))
+    config = parse_config_args([args[args.index("--run-config") + 1]])
+    assert config == {"scenario": "scenarios/quickstart.yaml", "overrides": "privacy.eps=0.2; algorithm.rounds=5"}
+    scenario = scenario_from_run_config(config)
+    assert scenario.privacy.eps == 0.2 and scenario.algorithm.rounds == 5
