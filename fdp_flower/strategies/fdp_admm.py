@@ -28,7 +28,7 @@ from fdp_flower.faults import (MAY_HAVE_RELEASED, NOT_RELEASED, FailureRecord, Q
                                charge_on_failure, check_primal, check_quorum)
 from fdp_flower.fdp_admm import FDPADMMState
 from fdp_flower.fpca import FunctionalBasis
-from fdp_flower.privacy import GaussianRelease, PrivacyLedger
+from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.results import summarize, write_results
 from fdp_flower.runtime import NoisePlan, initial_state, privacy_columns, simulation_setup
 from fdp_flower.scenario import NodeFiles, Scenario
@@ -82,6 +82,7 @@ class FDPADMMStrategy(Strategy):
         self._outbox: list[tuple[Message, int, int | None]] = []
         self._one_client_per_node: bool | None = None
         self._named = False
+        self._guard: BudgetGuard | None = None
         self.scenario = scenario
         self.basis = basis
         self.num_clients = scenario.federation.num_clients
@@ -145,7 +146,9 @@ class FDPADMMStrategy(Strategy):
         basis = {f"basis_{k}": v for k, v in self.basis.to_arrays().items()}
         self._named = self._named or len(node_ids) < self.num_clients
         self._outbox = []
-        for node, client in self._assign(node_ids):
+        assignment = self._assign(node_ids)
+        self._check_budget(server_round, [client for _, client in assignment])
+        for node, client in assignment:
             cfg = {"round": server_round}
             if client is not None and self._named:
                 cfg["partition-id"] = client
@@ -167,6 +170,20 @@ class FDPADMMStrategy(Strategy):
         if not np.isclose(float(metrics["sigma"]), float(sigma), rtol=1e-9, atol=0):
             raise FederationError(f"client {client}: noise sigma {metrics['sigma']} != calibrated {float(sigma)}")
         return GaussianRelease(client, server_round, float(sensitivity), float(sigma))
+
+    def _check_budget(self, server_round: int, clients: list[int | None]) -> None:
+        """Total-budget mode: refuse the round before anything is sent if a release would exceed it."""
+        p = self.scenario.privacy
+        if not (p.enabled and p.mode == "total"):
+            return
+        if self._guard is None:
+            self._guard = BudgetGuard(self.ledger, p.eps, p.delta)
+        targets = range(self.num_clients) if any(c is None for c in clients) else clients
+        planned = [r for r in (self._planned_release(server_round, c) for c in targets) if r is not None]
+        try:
+            self._guard.check(planned)
+        except BudgetExhausted as exc:
+            raise FederationError(exc.reason) from None
 
     def _planned_release(self, server_round: int, client: int) -> GaussianRelease | None:
         """The release ``client`` was asked to make (to charge a lost or rejected reply)."""
