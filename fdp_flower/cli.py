@@ -107,8 +107,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"run {result.stop_reason}")
     if result.failures:
         print(f"client failures: {len(result.failures)} (see failures.csv)")
-    mise = summary["final"].get("mise")  # None when the true beta is unknown (node files, real data)
-    print(f"final MISE = {mise:.5f}" if mise is not None else
+    # the released model's MISE (algorithm.estimator); None when the true beta is unknown (node files, real data)
+    mise = summary["final"].get("mise_estimate", summary["final"].get("mise"))
+    print(f"final MISE ({scenario.algorithm.estimator.kind}) = {mise:.5f}" if mise is not None else
           f"final objective = {summary['final'].get('objective', float('nan')):.5g} (no true beta: no MISE)")
     if summary["privacy"].get("private"):
         print(f"privacy spent per client: eps = {summary['privacy']['eps']:.4f} at delta = "
