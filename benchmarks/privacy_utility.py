@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import time
@@ -96,7 +97,7 @@ def exact_mise(num_clients: int, penalty: str, seed: int, cache: dict, cache_pat
         a, y, data = pooled[seed]
         ob = build_objective(parse_scenario(base(num_clients, penalty, seed) | {"privacy": {"enabled": False}}))
         bounds = design.partition_bounds(len(y), num_clients)
-        parts = list(zip(bounds[:-1], bounds[1:]))
+        parts = list(itertools.pairwise(bounds))
         ref = solve_reference([a[i:j] for i, j in parts], [y[i:j] for i, j in parts], ob.loss, ob.penalty, ob.lam)
         cache[key] = float(design.mise(data.basis.function(ref.w), data.beta, data.basis.grid))
         cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True))
@@ -174,8 +175,8 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def table(summary: dict, eps: float) -> list[str]:
-    lines = ["| M | penalty | exact MISE | recommended: private MISE | recommended: ratio (mean +- se) | goal <= 1.1 "
-             "| its last iterate | its full average | defaults (c1 = 3): ratio | paper rule: ratio | reps |",
+    lines = [("| M | penalty | exact MISE | recommended: private MISE | recommended: ratio (mean +- se) | goal <= 1.1 "
+              "| its last iterate | its full average | defaults (c1 = 3): ratio | paper rule: ratio | reps |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cell(v):
@@ -259,7 +260,7 @@ def write_report(out: Path) -> None:
     summary = summarize(rows)
     eps_values = sorted({k[3] for k in summary}, key=lambda e: (e != 1.0, e))  # the acceptance column first
     lines = ["# Privacy-utility frontier (issue 9)", "",
-             "`python benchmarks/privacy_utility.py` (see its docstring and docs/choosing_a_budget.md). Paper 000 "
+             ("`python benchmarks/privacy_utility.py` (see its docstring and docs/choosing_a_budget.md). Paper 000 "
              "design, n = 100000, K = 10, tau = 0.5, delta = 1e-5 per client for the whole run. "
              "Ratio = private MISE / MISE of the exact non-private centralized estimator of the same penalized "
              "problem on the pooled scores clipped at c1 = 3, per repetition, then averaged (+- standard error). "
@@ -268,7 +269,7 @@ def write_report(out: Path) -> None:
              "defaults = the same with c1 = 3; paper rule = per-round (eps/30, delta/30), classic Gaussian, "
              "G = c1, c1 = 3, 30 rounds, last iterate. Evaluation seeds 0 .. reps - 1 (eps = 1: 20 "
              "repetitions; other eps: 5, recommended and paper rule only); tuning used seeds 1000-1001 "
-             "(tuning.md).", ""]
+             "(tuning.md)."), ""]
     for eps in eps_values:
         lines += [f"## Total eps = {eps:g}", ""] + table(summary, eps) + [""]
     (out / "table.md").write_text("\n".join(lines) + "\n")

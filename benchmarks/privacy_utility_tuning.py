@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import privacy_utility as pu  # noqa: E402
+import privacy_utility as pu
 
-from fdp_flower import design  # noqa: E402
-from fdp_flower.engine.batched import run_batched, shared_setup  # noqa: E402
-from fdp_flower.scenario import parse_scenario  # noqa: E402
+from fdp_flower import design
+from fdp_flower.engine.batched import run_batched, shared_setup
+from fdp_flower.scenario import parse_scenario
 
 
 def scenario(M, pen, seed, rounds, step, sched, K, c1, eps=1.0):

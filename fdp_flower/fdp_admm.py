@@ -96,12 +96,12 @@ class FDPADMMState:
     tail_sum_global_w: np.ndarray | None = None  # sum_{s<=l<=round} w^l (None: zeros)
 
     @classmethod
-    def initial(cls, num_clients: int, dim: int, *, tail_start: int = 1) -> "FDPADMMState":
+    def initial(cls, num_clients: int, dim: int, *, tail_start: int = 1) -> FDPADMMState:
         """w^0 = 0, g_i^0 = 0, wt_i^0 = 0; ``tail_start`` is the first round of the tail average."""
         z = np.zeros((num_clients, dim))
         return cls(0, np.zeros(dim), z.copy(), z.copy(), np.zeros(dim), z.copy(), int(tail_start), np.zeros(dim))
 
-    def successor(self, global_w: np.ndarray, duals: np.ndarray, noisy_primals: np.ndarray) -> "FDPADMMState":
+    def successor(self, global_w: np.ndarray, duals: np.ndarray, noisy_primals: np.ndarray) -> FDPADMMState:
         """The state of round + 1 holding these values, with every running sum updated."""
         r = self.round + 1
         tail = np.zeros_like(self.sum_global_w) if self.tail_sum_global_w is None else self.tail_sum_global_w
@@ -110,7 +110,7 @@ class FDPADMMState:
         return FDPADMMState(r, global_w, duals, noisy_primals, self.sum_global_w + global_w,
                             self.sum_noisy_primals + noisy_primals, self.tail_start, tail)
 
-    def advance(self, noisy_primals: np.ndarray, rho: float) -> "FDPADMMState":
+    def advance(self, noisy_primals: np.ndarray, rho: float) -> FDPADMMState:
         """The state after the server step on this round's released primals."""
         global_w, duals = server_update(noisy_primals, self.duals, rho)
         return self.successor(global_w, duals, noisy_primals)
@@ -152,7 +152,7 @@ class FDPADMMState:
                 "tail_sum_global_w": tail}
 
     @classmethod
-    def from_arrays(cls, arrays) -> "FDPADMMState":
+    def from_arrays(cls, arrays) -> FDPADMMState:
         """Inverse of :meth:`to_arrays`; arrays written before the tail average existed load
         with tail_start = 1 (tail sum = running sum)."""
         keys = ("global_w", "duals", "noisy_primals", "sum_global_w", "sum_noisy_primals")

@@ -4,10 +4,11 @@ import pytest
 
 from fdp_flower.engine.batched import run_batched
 from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.faults import advance_with_failures
+from fdp_flower.faults import advance_with_failures, draw_failures
 from fdp_flower.fdp_admm import FDPADMMState, tail_start_round
 from fdp_flower.runtime import NoisePlan
 from fdp_flower.scenario import TOTAL_BUDGET_DEFAULTS, parse_scenario
+from tests.test_faults import error_reply, run_strategy, task_identity  # noqa: F401 (fixture)
 
 SMALL = {"seed": 4, "data": {"n_samples": 4000}, "federation": {"num_clients": 4}}
 
@@ -87,3 +88,26 @@ def test_total_mode_defaults_spend_at_most_the_target(eps):
     plan = NoisePlan(sc, result.basis.n_components)
     _, sens, sigma = plan.release(sc.algorithm.rounds, result.sample_sizes)
     np.testing.assert_allclose(sigma / sens, plan.noise_multiplier, rtol=1e-12)
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_flower_strategy_releases_the_same_tail_average_as_the_inprocess_engine():
+    """The Flower strategy (over an in-memory grid running the real client handler, with error
+    replies where the in-process failure stream fails clients: 1-2 of 4 every round with seed 6)
+    keeps the same tail sum."""
+
+    sc = parse_scenario({**SMALL, "seed": 6, "algorithm": {"rounds": 8, "estimator": {"kind": "tail_average",
+                                                                           "tail_fraction": 0.5}},
+                         "faults": {"failure_rate": 0.3, "quorum": 0.1},
+                         "privacy": {"mode": "total", "eps": 1.0}})
+    local = run_fdp_admm(sc, with_reference=False)
+    m = sc.federation.num_clients
+
+    def fail(rnd, client, msg, reply):
+        return error_reply(msg) if draw_failures(sc.seed, rnd, m, 0.3)[client] else reply
+
+    strategy, _ = run_strategy(sc, fail)
+    assert strategy.state.tail_start == local.state.tail_start == 5
+    np.testing.assert_allclose(strategy.state.estimate("tail_average"), local.state.estimate("tail_average"),
+                               rtol=0, atol=1e-12)
+    assert strategy.history[-1]["mise_estimate"] == pytest.approx(local.history[-1]["mise_estimate"], rel=1e-9)
