@@ -8,6 +8,7 @@ server update :meth:`fdp_flower.fdp_admm.FDPADMMState.advance`.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import warnings
 from logging import ERROR, INFO, WARNING
@@ -358,13 +359,13 @@ def wait_for_nodes(grid: Grid, count: int, *, timeout: float = 120.0, settle: fl
 def wait_for_simulation_backend(timeout: float = 300.0) -> None:
     """In Flower's simulation runtime, wait until Ray has started before doing heavy work.
 
-    The ServerApp thread starts while the main thread is still forking Ray's
+    There the ServerApp runs in a thread while the main thread is still forking Ray's
     processes; heavy numpy/SciPy work in this thread during those forks has been
     seen to deadlock the fork (the run then dies with "No heartbeat received").
-    Outside the simulation runtime Ray is not loaded and this returns at once.
+    A ServerApp on the main thread (deployment) or without Ray loaded returns at once.
     """
     ray = sys.modules.get("ray")
-    if ray is None:
+    if ray is None or threading.current_thread() is threading.main_thread():
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
