@@ -268,7 +268,7 @@ def write_report(out: Path) -> None:
              "with c1 = 2; 'its last iterate' / 'its full average' = other estimators of the same runs; "
              "defaults = the same with c1 = 3; paper rule = per-round (eps/30, delta/30), classic Gaussian, "
              "G = c1, c1 = 3, 30 rounds, last iterate. Evaluation seeds 0 .. reps - 1 (eps = 1: 20 "
-             "repetitions; other eps: 5, recommended and paper rule only); tuning used seeds 1000-1001 "
+             "repetitions; other eps: 20 for recommended and the paper rule, defaults not run); tuning used seeds 1000-1001 "
              "(tuning.md)."), ""]
     for eps in eps_values:
         lines += [f"## Total eps = {eps:g}", ""] + table(summary, eps) + [""]
