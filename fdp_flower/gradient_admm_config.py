@@ -16,10 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fdp_flower.scenario import LossConfig, OutputConfig, ScenarioError
+from fdp_flower.scenario import LossConfig, OutputConfig, ScenarioError, read_yaml_file
 
 
 class _Frozen(BaseModel):
@@ -150,13 +149,7 @@ class GradientADMMScenario(_Frozen):
 
 def load_gradient_admm_scenario(path: str | Path) -> GradientADMMScenario:
     """Read and validate a YAML scenario; errors are one :class:`ScenarioError` line."""
-    path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: scenario file not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: invalid YAML ({exc})") from None
+    data = read_yaml_file(path)
     try:
         return GradientADMMScenario.model_validate(data)
     except ValidationError as exc:

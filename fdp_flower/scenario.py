@@ -409,17 +409,23 @@ def _split_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
-    """Read a YAML scenario file, apply overrides, validate.  Errors are one line naming file and field."""
+def read_yaml_file(path: str | Path, what: str = "scenario") -> dict[str, Any]:
+    """The mapping in a YAML file; a missing file or invalid YAML is a one-line :class:`ScenarioError`."""
     path = Path(path)
     if not path.is_file():
-        raise ScenarioError(f"{path}: scenario file not found")
+        raise ScenarioError(f"{path}: {what} file not found")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ScenarioError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    return data
+
+
+def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Read a YAML scenario file, apply overrides, validate.  Errors are one line naming file and field."""
+    data = read_yaml_file(path)
     if overrides:
         data = apply_overrides(data, overrides)
     return parse_scenario(data, str(path))

@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from fdp_flower.scenario import (ScenarioError, _format_error, apply_overrides, parse_override_string,
-                                 parse_scenario, resolve_scenario_path)
+                                 parse_scenario, read_yaml_file, resolve_scenario_path)
 
 P2P_KINDS = ("zcdp_nfl", "dp_nfl", "zcdp_grad_nfl", "decentralized_admm", "pr_admm")
 GRADIENT_KINDS = ("dp_admm", "dp_acc_admm")
@@ -59,15 +58,7 @@ def parse_any_scenario(data: dict[str, Any], source: str = "<scenario>"):
 
 def load_any_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None):
     """Read a YAML scenario of any family, apply ``a.b=value`` overrides, validate."""
-    path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: scenario file not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_yaml_file(path)
     if overrides:
         data = apply_overrides(data, overrides)
     return parse_any_scenario(data, str(path))

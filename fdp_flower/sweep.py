@@ -156,17 +156,9 @@ def parse_sweep(data: dict[str, Any], source: str = "<sweep>", overrides: list[s
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
     """Read a sweep file (a scenario file with a ``sweep:`` section; without one, a
     single configuration).  ``overrides`` are ``a.b=value`` (``sweep.repetitions=5`` too)."""
-    from fdp_flower.scenario import _split_override
+    from fdp_flower.scenario import _split_override, read_yaml_file
 
-    path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: sweep file not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_yaml_file(path, "sweep")
     if overrides:
         parsed = dict(_split_override(o) for o in overrides)
         data = apply_overrides(data, parsed)

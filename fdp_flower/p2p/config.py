@@ -14,13 +14,20 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fdp_flower.p2p import budget as _budget
 from fdp_flower.p2p.node import P2PAlgorithm
-from fdp_flower.scenario import (ConstantStep, InvSqrtStep, InvStep, OutputConfig, PrivacyConfig, ScenarioError,
-                                 apply_overrides)
+from fdp_flower.scenario import (
+    ConstantStep,
+    InvSqrtStep,
+    InvStep,
+    OutputConfig,
+    PrivacyConfig,
+    ScenarioError,
+    apply_overrides,
+    read_yaml_file,
+)
 from fdp_flower.schedules import StepSchedule
 
 
@@ -402,13 +409,7 @@ def parse_p2p_scenario(data: dict[str, Any], source: str = "<p2p scenario>") -> 
 
 def load_p2p_scenario(path: str | Path, overrides=None) -> P2PScenario:
     """Read a YAML peer-to-peer scenario, apply ``a.b=value`` overrides, validate."""
-    path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: scenario file not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: invalid YAML ({exc})") from None
+    data = read_yaml_file(path)
     if overrides:
         data = apply_overrides(data, overrides)
     return parse_p2p_scenario(data, str(path))
