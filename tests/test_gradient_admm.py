@@ -24,7 +24,6 @@ from fdp_flower.gradient_admm import (
     min_gamma,
     next_theta,
     privacy_report,
-    soft_threshold,
     spectral_norm_gram,
     theorem1_alpha,
     theorem1_epsilon,
