@@ -1,9 +1,13 @@
-"""`flwr run` dispatches every algorithm family (peer-to-peer relay, gradient ADMM) on a real SuperLink."""
+"""`flwr run` dispatches every algorithm family (peer-to-peer relay, gradient ADMM) on a real SuperLink,
+and the gradient-ADMM run's final iterate equals the in-process engine's for the same seed."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from tests.flower_harness import flwr_run, simulation_superlink
+from fdp_flower.scenario import parse_override_string
+from fdp_flower.scenario_families import load_any_scenario
+from tests.flower_harness import REPO, flwr_run, simulation_superlink
 
 CASES = [
     ("scenarios/p2p_lad_zcdp_nfl.yaml", "algorithm.steps=3"),
@@ -21,3 +25,10 @@ def test_flwr_run_dispatches_p2p_and_gradient_admm(tmp_path):
             assert run["status"] == "finished:completed", f"{scenario}: {run['status-details']}\n{output[-3000:]}"
             (result_dir,) = list(out.iterdir())
             assert any(result_dir.glob("history.*")) and any(result_dir.glob("ledger.*"))
+    from fdp_flower.engine.gradient_admm import run_scenario
+
+    scenario, overrides = CASES[1]
+    local, _problem, _ref = run_scenario(load_any_scenario(REPO / scenario, parse_override_string(overrides)),
+                                         with_reference=False)
+    (result_dir,) = list((tmp_path / "results-1").iterdir())
+    np.testing.assert_allclose(np.load(result_dir / "final.npz")["x"], local.state.x, rtol=0, atol=1e-10)
