@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fdp_flower.scenario import LossConfig, OutputConfig, ScenarioError, read_yaml_file
+from fdp_flower.scenario import LossConfig, OutputConfig, read_yaml_file, validate_mapping
 
 
 class _Frozen(BaseModel):
@@ -149,9 +149,4 @@ class GradientADMMScenario(_Frozen):
 
 def load_gradient_admm_scenario(path: str | Path) -> GradientADMMScenario:
     """Read and validate a YAML scenario; errors are one :class:`ScenarioError` line."""
-    data = read_yaml_file(path)
-    try:
-        return GradientADMMScenario.model_validate(data)
-    except ValidationError as exc:
-        msg = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise ScenarioError(f"{path}: {msg}") from None
+    return validate_mapping(GradientADMMScenario, read_yaml_file(path), str(path))

@@ -364,14 +364,19 @@ _UNION_TAGS = {"paper_simulation", "node_files", "pooled", "fixed", "federated_d
                "geometric", "periodic", "iteration"}
 
 
-def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
-    """Validate a mapping; raises :class:`ScenarioError` with a one-line message."""
+def validate_mapping(model: type[BaseModel], data: Any, source: str):
+    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a mapping, got {type(data).__name__}")
     try:
-        return Scenario.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(_format_error(source, exc)) from None
+
+
+def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    """Validate a mapping; raises :class:`ScenarioError` with a one-line message."""
+    return validate_mapping(Scenario, data, source)
 
 
 def _set_path(data: dict, dotted: str, value: Any) -> None:

@@ -11,10 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from fdp_flower.scenario import (ScenarioError, _format_error, apply_overrides, parse_override_string,
-                                 parse_scenario, read_yaml_file, resolve_scenario_path)
+from fdp_flower.scenario import (
+    ScenarioError,
+    apply_overrides,
+    parse_override_string,
+    parse_scenario,
+    read_yaml_file,
+    resolve_scenario_path,
+    validate_mapping,
+)
 
 P2P_KINDS = ("zcdp_nfl", "dp_nfl", "zcdp_grad_nfl", "decentralized_admm", "pr_admm")
 GRADIENT_KINDS = ("dp_admm", "dp_acc_admm")
@@ -50,10 +55,7 @@ def parse_any_scenario(data: dict[str, Any], source: str = "<scenario>"):
         return parse_p2p_scenario(data, source)
     from fdp_flower.gradient_admm_config import GradientADMMScenario
 
-    try:
-        return GradientADMMScenario.model_validate(data)
-    except ValidationError as exc:
-        raise ScenarioError(_format_error(source, exc)) from None
+    return validate_mapping(GradientADMMScenario, data, source)
 
 
 def load_any_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None = None):

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fdp_flower.p2p import budget as _budget
 from fdp_flower.p2p.node import P2PAlgorithm
@@ -24,9 +24,9 @@ from fdp_flower.scenario import (
     InvStep,
     OutputConfig,
     PrivacyConfig,
-    ScenarioError,
     apply_overrides,
     read_yaml_file,
+    validate_mapping,
 )
 from fdp_flower.schedules import StepSchedule
 
@@ -398,13 +398,7 @@ class P2PScenario(_Frozen):
 
 def parse_p2p_scenario(data: dict[str, Any], source: str = "<p2p scenario>") -> P2PScenario:
     """Validate a mapping; raises ScenarioError with a one-line message."""
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: a scenario must be a mapping, got {type(data).__name__}")
-    try:
-        return P2PScenario.model_validate(data)
-    except ValidationError as exc:
-        parts = [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()]
-        raise ScenarioError(f"{source}: " + "; ".join(parts)) from None
+    return validate_mapping(P2PScenario, data, source)
 
 
 def load_p2p_scenario(path: str | Path, overrides=None) -> P2PScenario:
