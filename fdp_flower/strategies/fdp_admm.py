@@ -359,20 +359,24 @@ def wait_for_nodes(grid: Grid, count: int, *, timeout: float = 120.0, settle: fl
 def wait_for_simulation_backend(timeout: float = 300.0) -> None:
     """In Flower's simulation runtime, wait until Ray has started before doing heavy work.
 
-    There the ServerApp runs in a thread while the main thread is still forking Ray's
-    processes; heavy numpy/SciPy work in this thread during those forks has been
-    seen to deadlock the fork (the run then dies with "No heartbeat received").
-    A ServerApp on the main thread (deployment) or without Ray loaded returns at once.
+    There the ServerApp runs in a thread while the main thread is still importing Ray
+    and forking its processes; heavy numpy/SciPy work in this thread during those forks
+    has been seen to deadlock the fork (the run then dies with "No heartbeat received").
+    A ServerApp on the main thread (deployment, direct calls) returns at once; after
+    ``timeout`` seconds the run goes on with a warning.
     """
-    ray = sys.modules.get("ray")
-    if ray is None or threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread():
+        return
+    if "flwr.simulation" not in sys.modules and "ray" not in sys.modules:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        is_initialized = getattr(ray, "is_initialized", None)  # None while ray is still importing
+        ray = sys.modules.get("ray")  # None until imported; no is_initialized while importing
+        is_initialized = getattr(ray, "is_initialized", None) if ray is not None else None
         if is_initialized is not None and is_initialized():
             return
         time.sleep(0.2)
+    log(WARNING, "Ray did not report itself initialized within %.0fs; going on", timeout)
 
 
 def results_dir(context: Context, name: str) -> Path:
