@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fdp_flower.privacy import GaussianRelease, PrivacyLedger
+from fdp_flower.privacy import PrivacyLedger
 from fdp_flower.privacy.closed_forms import fdp_admm_closed_form
 from fdp_flower.scenario import ScenarioError, apply_overrides, load_scenario, parse_scenario
 
@@ -88,7 +88,7 @@ def scenario_from_args(args: argparse.Namespace):
 
 def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
     """The ledger a run of ``scenario`` would record (every client, every round) and the sizes m_i."""
-    from fdp_flower.runtime import NoisePlan, partition_sizes
+    from fdp_flower.runtime import NoisePlan, partition_sizes, primal_release
 
     if scenario.algorithm.kind != "fdp_admm":
         raise ScenarioError(f"the calculator computes FDP-ADMM's releases; algorithm {scenario.algorithm.kind!r} "
@@ -104,8 +104,7 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
         return ledger, sizes
     for round_ in range(1, scenario.algorithm.rounds + 1):
         _, sensitivity, sigma = plan.release(round_, sizes)
-        ledger.record_many(GaussianRelease(i, round_, float(sensitivity[i]), float(sigma[i]),
-                                           mechanism="fdp_admm_primal") for i in range(len(sizes)))
+        ledger.record_many(primal_release(i, round_, sensitivity[i], sigma[i]) for i in range(len(sizes)))
     return ledger, sizes
 
 

@@ -18,6 +18,7 @@ from fdp_flower.fpca import FunctionalBasis, fit_pooled_fpca, fixed_basis
 from fdp_flower.losses import make_loss
 from fdp_flower.mechanisms import classic_gaussian_sigma
 from fdp_flower.penalties import Penalty
+from fdp_flower.privacy import GaussianRelease
 from fdp_flower.privacy.calibration import calibrate_noise_multiplier, schedule_multipliers
 from fdp_flower.reference import ReferenceSolution, pooled_objective, solve_reference
 from fdp_flower.scenario import (ConstantStep, FederatedDPBasis, FixedBasis, InvSqrtStep, InvStep, NodeFiles,
@@ -91,6 +92,14 @@ def build_basis(scenario: Scenario, all_curves: np.ndarray | None = None) -> Fun
 def client_features(scenario: Scenario, basis: FunctionalBasis, data: design.CurveData) -> tuple[np.ndarray, int]:
     """Scores of the client's curves, rows clipped to c1 (returns features, rows clipped)."""
     return clip_rows(basis.scores(data.curves), scenario.model.clip_c1)
+
+
+FDP_ADMM_MECHANISM = "fdp_admm_primal"
+
+
+def primal_release(client: int, round_: int, sensitivity: float, sigma: float) -> GaussianRelease:
+    """The ledger event of one FDP-ADMM primal release (replace-one; every engine records this)."""
+    return GaussianRelease(int(client), int(round_), float(sensitivity), float(sigma), mechanism=FDP_ADMM_MECHANISM)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from fdp_flower.faults import FailureRecord, QuorumLost, advance_with_failures, 
 from fdp_flower.fdp_admm import FDPADMMState, client_primal_step
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.mechanisms import add_gaussian_noise, release_rng
-from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
+from fdp_flower.privacy import BudgetExhausted, BudgetGuard, PrivacyLedger
 from fdp_flower.reference import ReferenceSolution
-from fdp_flower.runtime import NoisePlan, build_objective, initial_state, privacy_columns, simulation_setup
+from fdp_flower.runtime import (NoisePlan, build_objective, initial_state, primal_release, privacy_columns,
+                                simulation_setup)
 from fdp_flower.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
             result.stop_reason = f"stopped: {exc}"
             break
         planned = [] if sigma is None else [
-            GaussianRelease(i, round_, float(sensitivity[i]), float(sigma[i]))
+            primal_release(i, round_, sensitivity[i], sigma[i])
             for i in range(len(sizes)) if not failed[i]]
         if guard is not None and planned:
             try:

@@ -31,7 +31,7 @@ from fdp_flower.fdp_admm import FDPADMMState
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.results import summarize, write_results
-from fdp_flower.runtime import NoisePlan, initial_state, privacy_columns, simulation_setup
+from fdp_flower.runtime import NoisePlan, initial_state, primal_release, privacy_columns, simulation_setup
 from fdp_flower.scenario import NodeFiles, Scenario
 from fdp_flower.strategies.records import pack_arrays, unpack_arrays
 
@@ -170,7 +170,7 @@ class FDPADMMStrategy(Strategy):
             return None
         if not np.isclose(float(metrics["sigma"]), float(sigma), rtol=1e-9, atol=0):
             raise FederationError(f"client {client}: noise sigma {metrics['sigma']} != calibrated {float(sigma)}")
-        return GaussianRelease(client, server_round, float(sensitivity), float(sigma))
+        return primal_release(client, server_round, sensitivity, sigma)
 
     def _check_budget(self, server_round: int, clients: list[int | None]) -> None:
         """Total-budget mode: refuse the round before anything is sent if a release would exceed it."""
@@ -196,7 +196,7 @@ class FDPADMMStrategy(Strategy):
                 server_round, client)
             return None
         _eta, sensitivity, sigma = self.plan.release(server_round, m)
-        return None if sigma is None else GaussianRelease(client, server_round, float(sensitivity), float(sigma))
+        return None if sigma is None else primal_release(client, server_round, sensitivity, sigma)
 
     def _accept(self, server_round: int, reply: Message, client_hint: int | None, dim: int,
                 primals: dict[int, np.ndarray]) -> tuple[int, np.ndarray, GaussianRelease | None]:
