@@ -34,7 +34,7 @@ from fdp_flower.gradient_admm import (
     theorem1_sigma,
 )
 from fdp_flower.privacy import PrivacyLedger
-from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+from fdp_flower.strategies.records import pack_arrays, reply_sender, unpack_arrays
 
 
 class GradientFederationError(RuntimeError):
@@ -147,13 +147,8 @@ class GradientADMMStrategy(Strategy):
         dim = self.matrix.shape[1]
         grads: dict[int, np.ndarray] = {}
         for reply in replies:
-            if reply.has_error():
-                raise GradientFederationError(f"round {server_round}: node {reply.metadata.src_node_id} failed: "
-                                              f"{reply.error.reason}")
+            client = reply_sender(reply, server_round, self.num_clients, grads, GradientFederationError)
             metrics = reply.content["metrics"]
-            client = int(metrics["partition-id"])
-            if not 0 <= client < self.num_clients or client in grads:
-                raise GradientFederationError(f"round {server_round}: bad or duplicate partition id {client}")
             grad = unpack_arrays(reply.content["arrays"])["gradient"]
             if grad.shape != (dim,) or not np.all(np.isfinite(grad)):
                 raise GradientFederationError(f"round {server_round}: client {client} sent a malformed gradient")

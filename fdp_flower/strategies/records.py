@@ -7,7 +7,7 @@ import numpy as np
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Array, ArrayRecord
+    from flwr.app import Array, ArrayRecord, Message
 
 
 def pack_arrays(**arrays: np.ndarray) -> ArrayRecord:
@@ -16,3 +16,13 @@ def pack_arrays(**arrays: np.ndarray) -> ArrayRecord:
 
 def unpack_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in record.items()}
+
+
+def reply_sender(reply: Message, server_round: int, count: int, seen, error: type[Exception]) -> int:
+    """The partition id a reply comes from; ``error`` for an error reply or a bad/duplicate id."""
+    if reply.has_error():
+        raise error(f"round {server_round}: node {reply.metadata.src_node_id} failed: {reply.error.reason}")
+    sender = int(reply.content["metrics"]["partition-id"])
+    if not 0 <= sender < count or sender in seen:
+        raise error(f"round {server_round}: bad or duplicate partition id {sender}")
+    return sender

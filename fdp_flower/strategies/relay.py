@@ -27,7 +27,7 @@ with warnings.catch_warnings():
 
 from fdp_flower.p2p.node import NodeState, P2PAlgorithm
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+from fdp_flower.strategies.records import pack_arrays, reply_sender, unpack_arrays
 from fdp_flower.topology import Graph
 
 
@@ -102,13 +102,8 @@ class P2PRelayStrategy(Strategy):
         releases = []
         cut = iters = 0
         for reply in replies:
-            if reply.has_error():
-                raise RelayError(f"round {server_round}: node {reply.metadata.src_node_id} failed: "
-                                 f"{reply.error.reason}")
+            node = reply_sender(reply, server_round, self.graph.num_nodes, new, RelayError)
             metrics = reply.content["metrics"]
-            node = int(metrics["partition-id"])
-            if not 0 <= node < self.graph.num_nodes or node in new:
-                raise RelayError(f"round {server_round}: bad or duplicate node id {node}")
             state = NodeState.from_arrays(unpack_arrays(reply.content["arrays"]))
             if state.round != server_round or state.released.shape != (self.dim,) \
                     or state.link_stat.shape != (self.graph.degrees[node],) \
