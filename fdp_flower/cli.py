@@ -32,9 +32,6 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
     family = family_of(str(kind))
     if family == "fdp_admm":
         return None
-    if getattr(args, "engine", "inprocess") != "inprocess":
-        raise ScenarioError(f"{args.scenario}: --engine flower: use `flwr run . --run-config "
-                            f"\"scenario='{args.scenario}'\"` for {kind} scenarios")
     from fdp_flower.scenario_families import load_any_scenario
 
     scenario = load_any_scenario(args.scenario, args.set)
@@ -122,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fdp-flower", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a scenario with the in-process engine")
+    run = sub.add_parser("run", help="run a scenario (in process, or on Flower with --engine flower)")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (optional with --resume)")
     run.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file or a results "
                                                             "directory holding checkpoint.npz")

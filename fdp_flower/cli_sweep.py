@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+import sys
 from pathlib import Path
 
 
-def flower_command(scenario_path: str, overrides: list[str]) -> str:
+def flower_command(scenario_path: str, overrides: list[str], resume: str | None = None) -> str:
     """The ``flwr run`` command that runs this scenario on Flower (server_app.py reads the
-    same file and overrides)."""
+    same file, overrides and checkpoint to resume from)."""
     config = f"scenario='{scenario_path}'"
     if overrides:
         config += " overrides='" + "; ".join(overrides) + "'"
+    if resume:
+        config += f" resume='{resume}'"
     if '"' in config:
         return f"flwr run . --stream --run-config {shlex.quote(config)}"
     return f'flwr run . --stream --run-config "{config}"'
@@ -70,18 +74,81 @@ def _register_commands(sub) -> None:
     rep.set_defaults(func=_cmd_report)
 
 
+def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
+    """``fdp-flower run --engine flower``: see :func:`fdp_flower.loopback.run_on_simulation`.
+
+    With ``--resume`` the ServerApp continues the checkpoint's run; without a scenario file the
+    checkpoint's own scenario is written to a temporary file for the ServerApp and the clients.
+    """
+    import tempfile
+
+    from fdp_flower.loopback import run_on_simulation
+    from fdp_flower.scenario import ScenarioError, scenario_to_yaml
+
+    if args.supernodes < 1:
+        raise ScenarioError(f"--supernodes must be >= 1, got {args.supernodes}")
+    scenario_path, temporary = args.scenario, None
+    if args.resume:
+        from fdp_flower.checkpoint import check_resumable, read_checkpoint, resolve_checkpoint_path
+        from fdp_flower.scenario import apply_overrides, parse_scenario
+
+        checkpoint = read_checkpoint(args.resume)
+        if args.scenario:
+            scenario = load_scenario(args.scenario, args.set)
+        else:
+            scenario = parse_scenario(apply_overrides(checkpoint.scenario.model_dump(mode="json"), args.set),
+                                      "checkpoint scenario")
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="fdp-flower-resume-", delete=False) as fh:
+                fh.write(scenario_to_yaml(checkpoint.scenario))
+            scenario_path = temporary = fh.name
+        check_resumable(checkpoint, scenario)  # fail here, not inside the ServerApp
+        resume = str(resolve_checkpoint_path(args.resume).resolve())
+        print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
+    elif not args.scenario:
+        raise ScenarioError("--engine flower needs a scenario file (or --resume)")
+    else:
+        scenario, resume = load_scenario(args.scenario, args.set), None  # fail here, not in the ServerApp
+    results = Path(args.out or scenario.output.dir)
+    print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower; equivalent command on a running "
+          f"SuperLink: {flower_command(scenario_path, args.set, resume)}", flush=True)
+    try:
+        run_id, status, out, _work = run_on_simulation(scenario_path, args.set, results, resume=resume,
+                                                       num_supernodes=args.supernodes,
+                                                       echo=lambda line: print(line, flush=True))
+    finally:
+        if temporary:
+            Path(temporary).unlink(missing_ok=True)
+    print(f"run {run_id} status: {status}")
+    if status != "finished:completed" or out is None:
+        print(f"error: the Flower run did not complete ({status})", file=sys.stderr)
+        return 1
+    summary = out / "summary.json"
+    if summary.is_file():
+        final = json.loads(summary.read_text()).get("final") or {}
+        shown = {k: v for k, v in final.items() if isinstance(v, (int, float)) and k != "round"}
+        if shown:
+            print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
+    print(f"results: {out}")
+    return 0
+
+
 def extend_run(sub) -> None:
     """Add ``--engine`` and plots to ``fdp-flower run`` (its parser lives in cli.py).
 
     ``--engine inprocess`` (default) runs as before and then draws ``convergence.png``;
-    ``--engine flower`` does not start anything: it prints the ``flwr run`` command that
-    runs the same scenario and overrides on Flower (server_app.py parses the same file).
+    ``--engine flower`` starts a SuperLink with Flower's simulation runtime on loopback, runs the
+    same scenario and overrides with ``flwr run`` (server_app.py parses the same file), checks the
+    run's status with ``flwr ls`` and stops what it started.
     """
     run = sub.choices.get("run")
     if run is None:
         return
     run.add_argument("--engine", choices=("inprocess", "flower"), default="inprocess",
-                     help="inprocess: run here; flower: print the `flwr run` command for this scenario")
+                     help="inprocess: run here (fast); flower: start a local SuperLink with Flower's simulation "
+                          "runtime and `flwr run` the scenario on it")
+    run.add_argument("--supernodes", type=int, default=2, metavar="N",
+                     help="--engine flower: simulated SuperNodes (each simulates several clients when there "
+                          "are more clients; default 2, as Flower's local simulation)")
     run.add_argument("--no-plots", action="store_true", help="skip convergence.png")
     inner = run.get_default("func")
 
@@ -90,15 +157,7 @@ def extend_run(sub) -> None:
         from fdp_flower.scenario_families import load_any_scenario as load_scenario
 
         if args.engine == "flower":
-            if not args.scenario:
-                raise ValueError("--engine flower needs a scenario file")
-            load_scenario(args.scenario, args.set)  # fail here, not inside the ServerApp
-            print("# run this scenario on Flower (simulation federation with num-supernodes = "
-                  "federation.num_clients); this command is not started by fdp-flower:")
-            print(flower_command(args.scenario, args.set))
-            print("# `flwr run --stream` exits 0 even if the ServerApp fails: check "
-                  "`flwr ls --run-id <id> --format json` for the run's status")
-            return 0
+            return _run_on_flower(args, load_scenario)
         code = inner(args)
         if code == 0 and not args.no_plots and args.scenario:
             from fdp_flower.plots import plot_run_history

@@ -30,5 +30,8 @@ RUNNERS: dict[str, Callable[[Grid, Context, object], None]] = {
 def main(grid: Grid, context: Context) -> None:
     scenario = any_scenario_from_run_config(context.run_config)
     log(INFO, "fdp-flower: scenario %r (%s)", scenario.name, scenario.algorithm.kind)
+    family = family_of(scenario.algorithm.kind)
+    if str(context.run_config.get("resume", "") or "") and family != "fdp_admm":
+        raise ValueError(f"resume: only FDP-ADMM runs write checkpoints, not {scenario.algorithm.kind}")
     wait_for_simulation_backend()
-    RUNNERS[family_of(scenario.algorithm.kind)](grid, context, scenario)
+    RUNNERS[family](grid, context, scenario)

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(shutil.which("flower-superlink") is None
 def test_loopback_deployment_completes_and_equals_the_simulation(tmp_path):
     paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=3000), 3), tmp_path / "data", "npz")
     results = tmp_path / "results"
-    fed = LoopbackFederation(paths, tmp_path)
+    fed = LoopbackFederation(tmp_path, data_paths=paths)
     try:
         fed.start()
         pids = [p.pid for p in fed.processes]
@@ -74,7 +74,7 @@ def test_loopback_deployment_reports_a_grid_mismatch_as_a_failed_run(tmp_path):
     good = partition(load_dataset("paper", seed=0, n_samples=300), 3)
     odd = load_dataset("paper", seed=1, n_samples=100, grid_points=99)
     paths = write_partitions([good[0], odd, good[2]], tmp_path / "data", "csv")
-    fed = LoopbackFederation(paths, tmp_path)
+    fed = LoopbackFederation(tmp_path, data_paths=paths)
     try:
         fed.start()
         _run_id, status = fed.run({"scenario": str(APP / "scenarios" / "deploy_demo.yaml"), "overrides": "",

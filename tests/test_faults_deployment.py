@@ -50,7 +50,7 @@ def _checkpoint_round(results: Path) -> int:
 def test_killing_a_supernode_mid_run(tmp_path):
     paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=1500), 3), tmp_path / "data", "npz")
     results = tmp_path / "results"
-    fed = LoopbackFederation(paths, tmp_path)
+    fed = LoopbackFederation(tmp_path, data_paths=paths)
     outcome: dict = {}
     try:
         fed.start()

@@ -106,12 +106,15 @@ def test_cli_sweep_report_and_errors(tmp_path, capsys):
     assert "summary.json" in capsys.readouterr().err
 
 
-def test_cli_run_engine_flower_prints_the_command(capsys):
-    path = "scenarios/quickstart.yaml"
-    assert main(["run", str(ROOT / path), "--engine", "flower", "--set", "privacy.eps=0.2"]) == 0
-    out = capsys.readouterr().out
-    assert "flwr run . --stream --run-config" in out and "overrides='privacy.eps=0.2'" in out
-    assert main(["run", str(ROOT / path), "--engine", "flower", "--set", "privacy.eps=-1"]) == 2
+def test_cli_run_engine_flower_refuses_bad_input_before_starting_anything(capsys, tmp_path):
+    path = str(ROOT / "scenarios" / "quickstart.yaml")
+    cases = [(["--set", "privacy.eps=-1"], "privacy.eps"), (["--supernodes", "0"], "--supernodes"),
+             (["--resume", str(tmp_path)], "no checkpoint found")]
+    for extra, word in cases:
+        assert main(["run", path, "--engine", "flower", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and word in err
+        assert "SuperLink" not in capsys.readouterr().out
 
 
 def test_cli_run_writes_convergence_plot(tmp_path):

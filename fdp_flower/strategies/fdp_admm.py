@@ -95,6 +95,22 @@ class FDPADMMStrategy(Strategy):
         self.node_of_client: dict[int, int] = {}
         self.sample_sizes: dict[int, int] = {}
         self.clipped_rows: dict[int, int] = {}
+        self.round_offset = 0
+
+    def resume_from(self, checkpoint) -> int:
+        """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.checkpoint.Checkpoint`): state,
+        ledger, history and failures are restored and Flower's rounds 1, 2, ... become rounds
+        ``checkpoint.round + 1``, ..., so every release draws the noise and step of an uninterrupted run.
+        Simulated clients are then always named in the messages (the server cannot learn a node's
+        identity from a first reply any more: its dual is no longer zero).  Returns the rounds left."""
+        self.state = checkpoint.state
+        self.ledger.record_many(checkpoint.ledger.releases)
+        self.history = list(checkpoint.history)
+        self.failures = list(checkpoint.failures)
+        self.round_offset = checkpoint.round
+        if self.hosts_many_clients:
+            self._one_client_per_node, self._named = False, True
+        return self.scenario.algorithm.rounds - checkpoint.round
 
     # ------------------------------------------------------------------ messages
     def summary(self) -> None:
@@ -140,6 +156,7 @@ class FDPADMMStrategy(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
+        server_round += self.round_offset  # a resumed run continues the round numbering
         node_ids = sorted(grid.get_node_ids())
         if not node_ids:
             raise FederationError(f"round {server_round}: no nodes connected")
@@ -234,6 +251,7 @@ class FDPADMMStrategy(Strategy):
         return client, np.asarray(arrays["noisy_primal"], dtype=float), release
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        server_round += self.round_offset  # a resumed run continues the round numbering
         replies = list(replies)
         dim = self.basis.n_components
         primals: dict[int, np.ndarray] = {}
@@ -391,7 +409,24 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     (:func:`fdp_flower.strategies.node_phase.node_setup`) learns m_i, checks the
     grids and builds the basis (``federated_dp``: from DP covariance summaries), and
     the history holds only statistics of released values.
+
+    Run config ``resume``: a checkpoint file or results directory of the same scenario
+    (:func:`fdp_flower.checkpoint.check_resumable`); the run continues after its round, from
+    its state, ledger and history.  With node-local data the setup phase runs again and its
+    releases are charged again (an over-count, never an under-count).
     """
+    resume = None
+    if str(context.run_config.get("resume", "") or ""):
+        from fdp_flower.checkpoint import check_resumable, read_checkpoint
+
+        from fdp_flower.checkpoint import CheckpointError
+
+        path = Path(str(context.run_config["resume"]))
+        if not path.is_absolute() and not path.exists():
+            raise CheckpointError(f"resume={path}: give an absolute path (the ServerApp runs in "
+                                  f"{Path.cwd()}, not where `flwr run` was typed)")
+        resume = read_checkpoint(path)
+        check_resumable(resume, scenario)
     setup = None
     if isinstance(scenario.data, NodeFiles):
         from fdp_flower.strategies.node_phase import ReleasedStatistics, node_setup
@@ -416,14 +451,20 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     if setup is not None:  # the setup phase's releases (noise added on the clients) and routing
         strategy.ledger.record_many(setup.releases)
         strategy.node_of_client.update(setup.node_of_client)
+    rounds_left = scenario.algorithm.rounds
+    if resume is not None:
+        rounds_left = strategy.resume_from(resume)
+        log(INFO, "fdp-flower: resuming after round %d of %d (%d releases already in the ledger)",
+            resume.round, scenario.algorithm.rounds, len(resume.ledger.releases))
     stop_reason = "completed"
     try:
         connected = wait_for_nodes(grid, scenario.federation.num_clients, settle=2.0)
         if connected < scenario.federation.num_clients:
             log(INFO, "fdp-flower: %d nodes for %d clients: each node simulates several clients",
                 connected, scenario.federation.num_clients)
-        strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=np.zeros(basis.n_components)),
-                       num_rounds=scenario.algorithm.rounds, timeout=scenario.faults.reply_timeout)
+        if rounds_left > 0:
+            strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=strategy.state.global_w),
+                           num_rounds=rounds_left, timeout=scenario.faults.reply_timeout)
     except FederationError as exc:
         stop_reason = f"stopped: {exc}"
         log(ERROR, "run stopped early: %s", exc)
