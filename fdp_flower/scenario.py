@@ -232,7 +232,9 @@ class PrivacyConfig(_Frozen):
         "per_round", description="per_round: (eps, delta) each round (paper rule); total: for the whole run")
     eps: float = Field(0.5, gt=0, description="eps per round (per_round) or for the whole run (total)")
     delta: float = Field(1.0e-5, gt=0, lt=1, description="delta per round (per_round) or total")
-    paper_constants: bool = Field(False, description="use the paper's G = c1 instead of the tight bound")
+    paper_constants: bool = Field(False, description="use the paper's G = c1 instead of the tight bound; "
+                                                     "peer-to-peer total mode: meet (eps, delta) by the papers' "
+                                                     "Bun-Steinke conversion of the zCDP sum instead of PLD")
     schedule: NoiseSchedule = Field(
         ConstantSchedule(), description="shape of the per-round noise multipliers sigma/Delta; total mode "
                                         "scales it to meet (eps, delta); per_round mode needs constant")

@@ -146,6 +146,13 @@ def test_schedules_and_paper_closed_forms():
     np.testing.assert_allclose(it[:3], [1, 2 * r_t, 6 * r_t])
     assert it.sum() == pytest.approx((r_t * k * (k**2 - 1) + 3) / 3, rel=1e-12)  # Theorem 4 equals the sum
     np.testing.assert_allclose(b.geometric_multipliers(3, 2.0), [1, 2, 4])
+    from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon
+
+    pld_plan = b.NoisePlan.pld_total(per, 1.0, 1e-4)  # the schedule's shape is kept, the scale meets eps by PLD
+    np.testing.assert_allclose(np.asarray(pld_plan.rho) / pld_plan.rho[0], per, rtol=1e-12)
+    releases = [GaussianRelease(0, k + 1, 0.3, pld_plan.sigma(0.3, k + 1)) for k in range(len(per))]
+    assert 1.0 * (1 - 1e-3) <= pld_epsilon(releases, 1e-4) <= 1.0
+    assert sum(pld_plan.rho) == pytest.approx(pld_plan.rho_total) and pld_plan.rho_total > b.rho_from_dp(1.0, 1e-4)
     plan = b.NoisePlan.zcdp_total(per, 1.0, 1e-4)
     assert sum(plan.rho) == pytest.approx(b.rho_from_dp(1.0, 1e-4), rel=1e-12)
     assert plan.sigma(2.0, 1) == pytest.approx(2.0 / math.sqrt(2 * plan.rho[0]))

@@ -95,10 +95,27 @@ class NoisePlan:
 
     @classmethod
     def zcdp_total(cls, multipliers, eps: float, delta: float) -> "NoisePlan":
-        """Scale a schedule so that its sum is the rho of a total (eps, delta) (Bun-Steinke inverse)."""
+        """Scale a schedule so that its sum is the rho of a total (eps, delta) (Bun-Steinke inverse;
+        the papers' conversion, used with ``paper_constants: true``)."""
         rho_total = rho_from_dp(eps, delta)
         mult = np.asarray(multipliers, dtype=float)
         return cls("zcdp", tuple((rho_total / mult.sum()) * mult), rho_total=rho_total)
+
+    @classmethod
+    def pld_total(cls, multipliers, eps: float, delta: float) -> "NoisePlan":
+        """Scale a schedule so that its releases compose to the total (eps, delta) under the PLD
+        accountant (dp-accounting), the ledger's tightest: all releases are Gaussian, so the
+        composition is one Gaussian with (sum_k 2 rho_k)^(1/2) (the noise multiplier of release k
+        is 1 / sqrt(2 rho_k)) and :func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`
+        finds the scale.  The Bun-Steinke conversion (:meth:`zcdp_total`, the papers' Corollary /
+        Theorems) reaches the same (eps, delta) with a smaller rho, i.e. more noise."""
+        from fdp_flower.privacy.calibration import calibrate_noise_multiplier
+
+        mult = np.asarray(multipliers, dtype=float)
+        relative = mult ** -0.5  # z_k / z_1 with z_k = 1 / sqrt(2 rho_k), rho_k = rho_1 m_k
+        z = calibrate_noise_multiplier(eps, delta, relative) * relative
+        rho = 1.0 / (2.0 * z**2)
+        return cls("zcdp", tuple(float(r) for r in rho), rho_total=float(rho.sum()))
 
     @classmethod
     def zcdp_per_step(cls, multipliers, eps: float, delta: float) -> "NoisePlan":

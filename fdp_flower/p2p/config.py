@@ -353,8 +353,12 @@ def build_algorithm(cfg, privacy: PrivacyConfig, problem) -> P2PAlgorithm:
                 b = cfg.budget
                 mult = (_budget.constant_multipliers(steps) if b.kind == "constant"
                         else _budget.geometric_multipliers(steps, b.ratio))
-            noise = (_budget.NoisePlan.zcdp_total(mult, privacy.eps, privacy.delta) if total
-                     else _budget.NoisePlan.zcdp_per_step(mult, privacy.eps, privacy.delta))
+            if not total:
+                noise = _budget.NoisePlan.zcdp_per_step(mult, privacy.eps, privacy.delta)
+            elif privacy.paper_constants:  # the papers' Bun-Steinke conversion of the zCDP total
+                noise = _budget.NoisePlan.zcdp_total(mult, privacy.eps, privacy.delta)
+            else:  # the tightest: the PLD accountant, as the ledger reports it
+                noise = _budget.NoisePlan.pld_total(mult, privacy.eps, privacy.delta)
     if cfg.kind == "pr_admm":
         smooth = is_smooth(problem.loss, problem.penalty)
         solver = cfg.local_solver if cfg.local_solver != "auto" else ("exact" if smooth else "linearized")
