@@ -163,7 +163,9 @@ def aggregate_basis(second_moments: Sequence[np.ndarray], means: Sequence[np.nda
             raise ValueError(f"cannot whiten: eigenvalue {n_components} of the noisy covariance is "
                              f"{eigenvalues[n_components - 1]:.3g} <= 0 (fewer components, or less noise)")
         components = components / np.sqrt(eigenvalues[:n_components])[:, None]
-    return FunctionalBasis(pre.grid, components, mean @ pre.components, pre.weights, "federated_dp", ratio)
+    score_variances = np.ones(n_components) if whiten else positive[:n_components]
+    return FunctionalBasis(pre.grid, components, mean @ pre.components, pre.weights, "federated_dp", ratio,
+                           eigenvalues=score_variances)
 
 
 def basis_releases(sizes: Sequence[int], *, clip_cb: float, eps: float, delta: float,

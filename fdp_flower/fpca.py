@@ -9,7 +9,7 @@ exactly what scikit-fda's FPCA.transform computes on a grid.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import integrate, interpolate
@@ -56,6 +56,9 @@ class FunctionalBasis:
     weights : (G,) quadrature weights of the grid
     kind : "pooled", "fixed" or "provided"
     explained_variance_ratio : (K,) for FPCA bases, else None
+    eigenvalues : (K,) score variances lambda_k of FPCA bases (public like the basis; the
+        ellipsoid clip of :func:`fdp_flower.clipping.clip_rows_ellipsoid` scales by sqrt(lambda_k)),
+        else None
     """
 
     grid: np.ndarray
@@ -64,6 +67,7 @@ class FunctionalBasis:
     weights: np.ndarray
     kind: str
     explained_variance_ratio: np.ndarray | None = None
+    eigenvalues: np.ndarray | None = None
 
     @property
     def n_components(self) -> int:
@@ -84,8 +88,10 @@ class FunctionalBasis:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The basis as named arrays (to send in a message or save)."""
-        return {"grid": self.grid, "components": self.components, "mean": self.mean,
-                "weights": self.weights}
+        arrays = {"grid": self.grid, "components": self.components, "mean": self.mean, "weights": self.weights}
+        if self.eigenvalues is not None:
+            arrays["eigenvalues"] = self.eigenvalues
+        return arrays
 
     @classmethod
     def from_arrays(cls, arrays: dict, kind: str = "provided") -> "FunctionalBasis":
@@ -103,7 +109,13 @@ class FunctionalBasis:
             raise ValueError("basis mean and weights must have the grid's shape")
         if not (np.all(np.isfinite(components)) and np.all(np.isfinite(mean))):
             raise ValueError("basis contains NaN or infinite values")
-        return cls(grid, components, mean, weights, kind)
+        eigenvalues = None
+        if "eigenvalues" in arrays:
+            eigenvalues = np.asarray(arrays["eigenvalues"], dtype=float)
+            if eigenvalues.shape != (components.shape[0],) or not np.all(np.isfinite(eigenvalues)) \
+                    or np.any(eigenvalues < 0):
+                raise ValueError(f"basis eigenvalues must be {components.shape[0]} finite values >= 0")
+        return cls(grid, components, mean, weights, kind, eigenvalues=eigenvalues)
 
 
 def choose_n_components(explained_variance_ratio: np.ndarray, threshold: float) -> int:
@@ -178,7 +190,8 @@ def fit_pooled_fpca(curves: np.ndarray, grid: np.ndarray, *, n_components: int |
     if explained_variance is not None:
         k = choose_n_components(ratio, explained_variance)
         components, ratio = components[:k], ratio[:k]
-    return FunctionalBasis(grid, components, mean, simpson_weights(grid), "pooled", ratio)
+    basis = FunctionalBasis(grid, components, mean, simpson_weights(grid), "pooled", ratio)
+    return replace(basis, eigenvalues=basis.scores(curves).var(axis=0))
 
 
 def _orthonormalize(raw: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -56,14 +56,25 @@ def release_rng(seed: int, client: int, round_: int, source: str = "seeded") -> 
     raise ValueError(f"noise source must be one of {NOISE_SOURCES}, got {source!r}")
 
 
-def add_gaussian_noise(value: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """value + N(0, sigma^2 I) for one release.
+def add_gaussian_noise(value: np.ndarray, sigma: float, rng: np.random.Generator,
+                       scales: np.ndarray | None = None) -> np.ndarray:
+    """value + N(0, sigma^2 I) for one release; with ``scales`` s, value + N(0, sigma^2 diag(s)^2).
 
-    ``sigma`` must be finite and > 0: privacy-off runs do not call this at all,
-    so a zero or NaN sigma here is a calibration bug and is refused.
+    The shaped release is the post-processing (multiplication by diag(s)) of the isotropic
+    release of value / s, so it has the privacy of a Gaussian mechanism with sigma and the
+    l2-sensitivity of value / s (the Mahalanobis sensitivity; see
+    :func:`fdp_flower.clipping.clip_rows_ellipsoid`).  The same standard normal draws are used
+    with and without ``scales``.  ``sigma`` must be finite and > 0: privacy-off runs do not call
+    this at all, so a zero or NaN sigma here is a calibration bug and is refused.
     """
     sigma = float(sigma)
     if not (np.isfinite(sigma) and sigma > 0):
         raise ValueError(f"noise standard deviation must be finite and > 0, got {sigma}")
     value = np.asarray(value, dtype=float)
-    return value + sigma * rng.standard_normal(value.shape)
+    draw = rng.standard_normal(value.shape)
+    if scales is not None:
+        scales = np.asarray(scales, dtype=float)
+        if scales.shape != value.shape[-1:] or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
+            raise ValueError(f"noise scales must be {value.shape[-1]} positive finite numbers")
+        draw = draw * scales
+    return value + sigma * draw

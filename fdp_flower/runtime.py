@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from fdp_flower import design
-from fdp_flower.clipping import clip_rows
+from fdp_flower.clipping import clip_rows, clip_rows_ellipsoid
 from fdp_flower.fdp_admm import FDPADMMState, Objective, primal_sensitivity, tail_start_round
 from fdp_flower.fpca import FunctionalBasis, fit_pooled_fpca, fixed_basis
 from fdp_flower.losses import make_loss
@@ -89,9 +89,25 @@ def build_basis(scenario: Scenario, all_curves: np.ndarray | None = None) -> Fun
     raise ValueError(f"basis {b.kind!r} is not supported by this engine")
 
 
+def noise_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | None:
+    """The public per-coordinate scales s of the clip and the noise: None for the sphere clip
+    (isotropic noise); c1 sqrt(lambda_k) for the ellipsoid clip (``model.clip_shape``)."""
+    if scenario.model.clip_shape == "sphere":
+        return None
+    lam = basis.eigenvalues
+    if lam is None or lam.shape != (basis.n_components,) or not np.all(lam > 0):
+        raise ValueError("model.clip_shape 'ellipsoid' needs the basis's score variances, all > 0 "
+                         f"(basis kind {basis.kind!r} has {'none' if lam is None else np.round(lam, 6).tolist()})")
+    return scenario.model.clip_c1 * np.sqrt(lam)
+
+
 def client_features(scenario: Scenario, basis: FunctionalBasis, data: design.CurveData) -> tuple[np.ndarray, int]:
-    """Scores of the client's curves, rows clipped to c1 (returns features, rows clipped)."""
-    return clip_rows(basis.scores(data.curves), scenario.model.clip_c1)
+    """Scores of the client's curves, rows clipped to the sphere ||a|| <= c1 or to the ellipsoid
+    ||a / s|| <= 1 of :func:`noise_scales` (returns features, rows clipped)."""
+    scales = noise_scales(scenario, basis)
+    if scales is None:
+        return clip_rows(basis.scores(data.curves), scenario.model.clip_c1)
+    return clip_rows_ellipsoid(basis.scores(data.curves), scales)
 
 
 FDP_ADMM_MECHANISM = "fdp_admm_primal"
@@ -144,9 +160,11 @@ class NoisePlan:
 
     @property
     def gradient_bound(self) -> float:
+        """G of the loss on clipped rows; for the ellipsoid clip, in the units of the noise scales
+        (rows with ||a / s|| <= 1: the G of c1 = 1), so sensitivities and sigmas are Mahalanobis."""
         objective = build_objective(self.scenario)
-        return objective.loss.gradient_bound(self.scenario.model.clip_c1,
-                                             paper_constants=self.scenario.privacy.paper_constants)
+        c1 = self.scenario.model.clip_c1 if self.scenario.model.clip_shape == "sphere" else 1.0
+        return objective.loss.gradient_bound(c1, paper_constants=self.scenario.privacy.paper_constants)
 
     def step_size(self, round_: int, m) -> np.ndarray:
         """eta_i^l for clients of sizes ``m`` (array or scalar)."""

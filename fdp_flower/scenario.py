@@ -141,7 +141,12 @@ class PenaltyConfig(_Frozen):
 class ModelConfig(_Frozen):
     loss: LossConfig = Field(LossConfig(), description="per-sample loss l")
     penalty: PenaltyConfig = Field(PenaltyConfig(), description="penalty P and its weight lambda")
-    clip_c1: float = Field(3.0, gt=0, description="c1: client-side row-norm clip of the features")
+    clip_c1: float = Field(3.0, gt=0, description="c1: client-side row-norm clip of the features (sphere), "
+                                                "or the Mahalanobis radius of the ellipsoid")
+    clip_shape: Literal["sphere", "ellipsoid"] = Field(
+        "sphere", description="sphere: rows clipped to ||a|| <= c1, isotropic noise; ellipsoid: rows clipped to "
+                              "sum_k a_k^2 / (c1^2 lambda_k) <= 1 with the FPCA basis's score variances lambda_k "
+                              "and noise shaped by c1 sqrt(lambda_k) (FPCA bases only; docs/choosing_a_budget.md)")
 
 
 # ---------------------------------------------------------------- step sizes
@@ -338,6 +343,13 @@ class Scenario(_Frozen):
                 and len(self.data.paths) != self.federation.num_clients:
             raise ValueError(f"data.paths names {len(self.data.paths)} files for "
                              f"federation.num_clients = {self.federation.num_clients}")
+        if self.model.clip_shape == "ellipsoid":
+            if isinstance(self.basis, FixedBasis):
+                raise ValueError("model.clip_shape 'ellipsoid' scales by the score variances of an FPCA basis; "
+                                 "a fixed basis has none (use basis kind 'pooled' or 'federated_dp')")
+            if isinstance(getattr(self.algorithm, "step", None), Theorem2Step):
+                raise ValueError("model.clip_shape 'ellipsoid' needs a constant, inv_sqrt or inv step "
+                                 "(Theorem 2's step assumes the sphere ||a|| <= c1)")
         if isinstance(self.data, PaperSimulation) and self.data.n_samples < self.federation.num_clients:
             raise ValueError(
                 f"federation.num_clients ({self.federation.num_clients}) exceeds data.n_samples "

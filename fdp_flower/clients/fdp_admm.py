@@ -14,7 +14,7 @@ import numpy as np
 from fdp_flower.fdp_admm import client_primal_step
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.mechanisms import add_gaussian_noise, release_rng
-from fdp_flower.runtime import NoisePlan, build_objective, client_features, load_partition
+from fdp_flower.runtime import NoisePlan, build_objective, client_features, load_partition, noise_scales
 from fdp_flower.scenario import Scenario
 from fdp_flower.strategies.records import pack_arrays, unpack_arrays
 
@@ -57,7 +57,8 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
         released, sigma_value = primal, 0.0
     else:
         released = add_gaussian_noise(primal, float(sigma), release_rng(scenario.seed, partition, round_,
-                                                                             scenario.privacy.noise_source))
+                                                                             scenario.privacy.noise_source),
+                                      noise_scales(scenario, basis))
         sigma_value = float(sigma)
     return ClientReply(released, partition, m, float(eta), float(sensitivity), sigma_value, clipped)
 

@@ -45,7 +45,7 @@ from fdp_flower.fdp_admm import FDPADMMState, client_primal_step
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.losses import QuantileLoss
 from fdp_flower.mechanisms import release_rng, zcdp_to_dp
-from fdp_flower.runtime import NoisePlan, build_objective, simulation_setup, tail_start
+from fdp_flower.runtime import NoisePlan, build_objective, noise_scales, simulation_setup, tail_start
 from fdp_flower.scenario import PaperSimulation, Scenario
 
 __all__ = ["BatchedResult", "SharedData", "data_key", "run_batched", "shared_setup"]
@@ -92,6 +92,7 @@ def data_key(scenario: Scenario) -> str:
     """Configurations with equal keys share data, basis and features."""
     dump = scenario.model_dump(mode="json", include={"seed", "data", "federation", "basis"})
     dump["clip_c1"] = scenario.model.clip_c1
+    dump["clip_shape"] = scenario.model.clip_shape
     dump["noise_source"] = getattr(scenario.privacy, "noise_source", "seeded")
     if not isinstance(scenario.data, PaperSimulation):
         dump["loss"] = scenario.model.loss.model_dump(mode="json")  # responses may depend on the loss
@@ -214,6 +215,8 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     rows: list[list[dict]] = [[] for _ in configs]
     traces = np.zeros((rounds, n_cfg, dim)) if trace else None
     lam_over_m = objective.lam / objective.num_clients
+    scales = noise_scales(sc0, data.basis)  # the group shares basis, c1 and clip shape
+    shaped = None if noise is None or scales is None else noise * scales
     for l in range(1, rounds + 1):
         s = (_batched_loss_terms(objective.loss, data, y, state.noisy_primals)
              + lam_over_m * objective.penalty.subgradient(state.noisy_primals))
@@ -221,7 +224,7 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
                                      global_w=state.global_w[:, None, :], dual=state.duals, features=None,
                                      response=None, eta=eta[l - 1][..., None], rho=rho)
         if noise is not None and private.any():
-            noisy = primals + sigma[l - 1][..., None] * noise[l - 1][None]
+            noisy = primals + sigma[l - 1][..., None] * (noise if shaped is None else shaped)[l - 1][None]
         else:
             noisy = primals
         state = state.advance(noisy, rho)

@@ -20,7 +20,7 @@ from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.mechanisms import add_gaussian_noise, release_rng
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, PrivacyLedger
 from fdp_flower.reference import ReferenceSolution
-from fdp_flower.runtime import (NoisePlan, build_objective, initial_state, primal_release, privacy_columns,
+from fdp_flower.runtime import (NoisePlan, build_objective, initial_state, noise_scales, primal_release, privacy_columns,
                                 simulation_setup)
 from fdp_flower.scenario import Scenario
 
@@ -90,6 +90,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     objective = build_objective(scenario)
     dim = basis.n_components
     plan = NoisePlan(scenario, dim)
+    scales = noise_scales(scenario, basis)
     rho = scenario.algorithm.rho
     f, y, mask = stack_clients(features, responses)
     state = initial_state(scenario, dim)
@@ -134,7 +135,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
             noisy = primals
         else:
             noisy = np.stack([add_gaussian_noise(primals[i], sigma[i],
-                                                 release_rng(scenario.seed, i, round_, p.noise_source))
+                                                 release_rng(scenario.seed, i, round_, p.noise_source), scales)
                               if not failed[i] else primals[i] for i in range(len(sizes))])
             result.ledger.record_many(planned)
         if failed.any():

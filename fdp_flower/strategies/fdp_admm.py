@@ -31,7 +31,8 @@ from fdp_flower.fdp_admm import FDPADMMState
 from fdp_flower.fpca import FunctionalBasis
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.results import summarize, write_results
-from fdp_flower.runtime import NoisePlan, initial_state, primal_release, privacy_columns, simulation_setup
+from fdp_flower.runtime import (NoisePlan, initial_state, noise_scales, primal_release, privacy_columns,
+                                simulation_setup)
 from fdp_flower.scenario import NodeFiles, Scenario
 from fdp_flower.strategies.records import pack_arrays, unpack_arrays
 
@@ -88,6 +89,7 @@ class FDPADMMStrategy(Strategy):
         self.basis = basis
         self.num_clients = scenario.federation.num_clients
         self.plan = NoisePlan(scenario, basis.n_components)
+        noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
         self.state = initial_state(scenario, basis.n_components)
         self.evaluate_state = evaluate_state
         self.ledger = PrivacyLedger()
