@@ -14,6 +14,9 @@ configurations:
 - ``recommended``: the total-budget defaults of ``fdp_flower.scenario`` (80 rounds, constant step 3,
   tail average of the last half) with the tighter public clip c1 = 2 (docs/choosing_a_budget.md);
 - ``defaults``: the same with c1 = 3;
+- ``ellipsoid``: ``model.clip_shape: ellipsoid`` with Mahalanobis radius 4 (rows clipped to
+  sum_k a_k^2 / (16 lambda_k) <= 1, lambda_k the pooled FPCA score variances; noise shaped by
+  4 sqrt(lambda_k)), 120 rounds, constant step 5, tail average (tuned for l2 on seeds 1000-1003);
 - ``paper``: the paper's per-round rule at the same total, i.e. per-round (eps / L, delta / L) with
   the classic Gaussian calibration (basic composition: how a per-round guarantee is budgeted for a
   whole run without an accountant), the paper's G = c1, c1 = 3, L = 30 rounds, last iterate, and the
@@ -45,13 +48,15 @@ CLIENTS = (10, 20, 50)
 PENALTIES = ("l1", "l2")
 DELTA = 1.0e-5
 PAPER_ROUNDS = 30
-CONFIGS = ("recommended", "defaults", "paper")
+CONFIGS = ("recommended", "defaults", "paper", "ellipsoid")
 
 
 #: c1 of the paper design's problem (the exact estimator's clip) and the tighter clip recommended
 #: for private runs on this design (tuned on seeds >= 1000; docs/choosing_a_budget.md).
 CLIP = 3.0
 RECOMMENDED_CLIP = 2.0
+#: the ellipsoid clip (model.clip_shape) and its settings, tuned on seeds 1000-1003 for l2 (tuning.md)
+ELLIPSOID = {"clip_c1": 4.0, "rounds": 120, "eta0": 5.0}
 
 
 def base(num_clients: int, penalty: str, seed: int, clip: float = CLIP) -> dict:
@@ -70,6 +75,15 @@ def recommended_scenario(num_clients: int, penalty: str, seed: int, eps: float) 
     """The total-budget defaults with the tighter public clip c1 = 2 recommended for this design."""
     return parse_scenario(base(num_clients, penalty, seed, RECOMMENDED_CLIP)
                           | {"privacy": {"mode": "total", "eps": eps, "delta": DELTA}})
+
+
+def ellipsoid_scenario(num_clients: int, penalty: str, seed: int, eps: float) -> Scenario:
+    """Total budget with the ellipsoid clip and shaped noise (Mahalanobis radius 4), 120 rounds, step 5."""
+    b = base(num_clients, penalty, seed, ELLIPSOID["clip_c1"])
+    return parse_scenario(b | {"model": b["model"] | {"clip_shape": "ellipsoid"},
+                               "algorithm": {"rounds": ELLIPSOID["rounds"],
+                                             "step": {"kind": "constant", "eta0": ELLIPSOID["eta0"]}},
+                               "privacy": {"mode": "total", "eps": eps, "delta": DELTA}})
 
 
 def paper_scenario(num_clients: int, penalty: str, seed: int, eps: float) -> Scenario:
@@ -111,7 +125,8 @@ def load_cache(path: Path) -> dict:
 def run_cells(eps_values, seeds, runs_csv: Path, configs=CONFIGS) -> None:
     """Private runs of every cell, appended to ``runs.csv`` (MISE of the last iterate, the
     running average and the configured estimator: one run gives all three)."""
-    makers = {"defaults": defaults_scenario, "recommended": recommended_scenario, "paper": paper_scenario}
+    makers = {"defaults": defaults_scenario, "recommended": recommended_scenario, "paper": paper_scenario,
+              "ellipsoid": ellipsoid_scenario}
     for num_clients in CLIENTS:
         for seed in seeds:
             t0 = time.perf_counter()
@@ -176,8 +191,9 @@ def summarize(rows: list[dict]) -> dict:
 
 def table(summary: dict, eps: float) -> list[str]:
     lines = [("| M | penalty | exact MISE | recommended: private MISE | recommended: ratio (mean +- se) | goal <= 1.1 "
-              "| its last iterate | its full average | defaults (c1 = 3): ratio | paper rule: ratio | reps |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| its last iterate | its full average | defaults (c1 = 3): ratio | paper rule: ratio "
+              "| ellipsoid clip: ratio | reps |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cell(v):
         return f"{v[0]:.2f} +- {v[1]:.2f}" if v else "-"
@@ -190,9 +206,14 @@ def table(summary: dict, eps: float) -> list[str]:
             met = "met" if r[0] <= 1.1 else f"not met (+{r[0] - 1.1:.2f})"
             d = summary.get(("defaults", num_clients, penalty, eps))
             p = summary.get(("paper", num_clients, penalty, eps))
+            e = summary.get(("ellipsoid", num_clients, penalty, eps))
             lines.append(f"| {num_clients} | {penalty} | {r[4]:.4f} | {r[3]:.4f} | {r[0]:.3f} +- {r[1]:.3f} | {met} "
-                         f"| {r[5]:.3f} | {r[6]:.3f} | {cell(d)} | {cell(p)} | {r[2]} |")
+                         f"| {r[5]:.3f} | {r[6]:.3f} | {cell(d)} | {cell(p)} "
+                         f"| {'-' if e is None else f'{e[0]:.3f} +- {e[1]:.3f}'} | {r[2]} |")
     return lines
+
+
+LABELS = {"recommended": "sphere c1 = 2", "ellipsoid": "ellipsoid", "paper": "paper rule"}
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -204,14 +225,14 @@ def plot(summary: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, penalty in zip(axes, PENALTIES):
         for num_clients, color in zip(CLIENTS, ("C0", "C1", "C2")):
-            for config, style in (("recommended", "-o"), ("paper", "--x")):
+            for config, style in (("recommended", "-o"), ("ellipsoid", "-.s"), ("paper", "--x")):
                 pts = sorted((k[3], v[0], v[1]) for k, v in summary.items()
                              if k[:3] == (config, num_clients, penalty))
                 if not pts:
                     continue
                 e, m, s = map(np.array, zip(*pts))
                 ax.errorbar(e, m, yerr=np.nan_to_num(s), fmt=style, color=color, capsize=2,
-                            label=f"M = {num_clients}, {'recommended' if config == 'recommended' else 'paper rule'}")
+                            label=f"M = {num_clients}, {LABELS[config]}")
         ax.axhline(1.1, color="grey", lw=0.8, ls=":")
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xscale("log")
@@ -267,7 +288,9 @@ def write_report(out: Path) -> None:
              "recommended = total-mode defaults (80 rounds, constant step 3, tail average of the last half) "
              "with c1 = 2; 'its last iterate' / 'its full average' = other estimators of the same runs; "
              "defaults = the same with c1 = 3; paper rule = per-round (eps/30, delta/30), classic Gaussian, "
-             "G = c1, c1 = 3, 30 rounds, last iterate. Evaluation seeds 0 .. reps - 1 (eps = 1: 20 "
+             "G = c1, c1 = 3, 30 rounds, last iterate; ellipsoid clip = model.clip_shape ellipsoid "
+             "(rows clipped to sum_k a_k^2 / (16 lambda_k) <= 1, noise shaped by 4 sqrt(lambda_k)), 120 rounds, "
+             "constant step 5, tail average (tuned for l2 on seeds 1000-1003). Evaluation seeds 0 .. reps - 1 (eps = 1: 20 "
              "repetitions; other eps: 20 for recommended and the paper rule, defaults not run); tuning used seeds 1000-1001 "
              "(tuning.md)."), ""]
     for eps in eps_values:
