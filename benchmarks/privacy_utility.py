@@ -77,12 +77,14 @@ def recommended_scenario(num_clients: int, penalty: str, seed: int, eps: float) 
                           | {"privacy": {"mode": "total", "eps": eps, "delta": DELTA}})
 
 
-def ellipsoid_scenario(num_clients: int, penalty: str, seed: int, eps: float) -> Scenario:
-    """Total budget with the ellipsoid clip and shaped noise (Mahalanobis radius 4), 120 rounds, step 5."""
-    b = base(num_clients, penalty, seed, ELLIPSOID["clip_c1"])
+def ellipsoid_scenario(num_clients: int, penalty: str, seed: int, eps: float, *,
+                       clip_c1: float = ELLIPSOID["clip_c1"], rounds: int = ELLIPSOID["rounds"],
+                       eta0: float = ELLIPSOID["eta0"]) -> Scenario:
+    """Total budget with the ellipsoid clip and shaped noise (default: Mahalanobis radius 4, 120 rounds,
+    constant step 5)."""
+    b = base(num_clients, penalty, seed, clip_c1)
     return parse_scenario(b | {"model": b["model"] | {"clip_shape": "ellipsoid"},
-                               "algorithm": {"rounds": ELLIPSOID["rounds"],
-                                             "step": {"kind": "constant", "eta0": ELLIPSOID["eta0"]}},
+                               "algorithm": {"rounds": rounds, "step": {"kind": "constant", "eta0": eta0}},
                                "privacy": {"mode": "total", "eps": eps, "delta": DELTA}})
 
 

@@ -21,18 +21,10 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 import privacy_utility as pu  # noqa: E402
 
 from fdp_flower.engine.batched import run_batched  # noqa: E402
-from fdp_flower.scenario import parse_scenario  # noqa: E402
 
 SEEDS = (1000, 1001, 1002, 1003)
 GRIDS = ([(4.0, r, e) for r, e in ((80, 3.0), (80, 5.0), (120, 3.0), (160, 3.0), (120, 5.0))],
          [(g, r, e) for g in (3.5, 4.0, 5.0) for r, e in ((120, 5.0), (120, 8.0), (200, 5.0), (200, 8.0), (80, 8.0))])
-
-
-def scenario(num_clients: int, seed: int, gamma: float, rounds: int, eta0: float):
-    b = pu.base(num_clients, "l2", seed, gamma)
-    return parse_scenario(b | {"model": b["model"] | {"clip_shape": "ellipsoid"},
-                               "algorithm": {"rounds": rounds, "step": {"kind": "constant", "eta0": eta0}},
-                               "privacy": {"mode": "total", "eps": 1.0, "delta": pu.DELTA}})
 
 
 def main() -> None:
@@ -43,7 +35,8 @@ def main() -> None:
             exact = {s: pu.exact_mise(num_clients, "l2", s, cache, cache_path) for s in SEEDS}
             cells = []
             for gamma, rounds, eta0 in grid:
-                runs = run_batched([scenario(num_clients, s, gamma, rounds, eta0) for s in SEEDS], history=False)
+                runs = run_batched([pu.ellipsoid_scenario(num_clients, "l2", s, 1.0, clip_c1=gamma, rounds=rounds,
+                                                          eta0=eta0) for s in SEEDS], history=False)
                 ratio = np.mean([r.final["mise_estimate"] / exact[s] for r, s in zip(runs, SEEDS)])
                 cells.append(f"g={gamma} R={rounds} eta={eta0}: {ratio:.3f}")
             print(num_clients, " | ".join(cells), flush=True)

@@ -34,7 +34,7 @@ from fdp_flower.results import summarize, write_results
 from fdp_flower.runtime import (NoisePlan, initial_state, noise_scales, primal_release, privacy_columns,
                                 simulation_setup)
 from fdp_flower.scenario import NodeFiles, Scenario
-from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+from fdp_flower.strategies.records import pack_arrays, run_results_dir, unpack_arrays
 
 
 
@@ -399,11 +399,6 @@ def wait_for_simulation_backend(timeout: float = 300.0) -> None:
     log(WARNING, "Ray did not report itself initialized within %.0fs; going on", timeout)
 
 
-def results_dir(context: Context, name: str) -> Path:
-    base = Path(str(context.run_config.get("results-dir", "") or "results"))
-    return base / f"{name}-flower-{time.strftime('%Y%m%d-%H%M%S')}-run{context.run_id}"
-
-
 def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) -> None:
     """Run a whole FDP-ADMM federation on ``grid`` and write its results.
 
@@ -438,7 +433,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         sizes, basis, evaluator = setup.sizes, setup.basis, ReleasedStatistics()
     else:
         sizes, basis, _features, _responses, _clipped, evaluator = simulation_setup(scenario)
-    out_dir = results_dir(context, scenario.name)
+    out_dir = run_results_dir(context.run_config, context.run_id, scenario.name)
 
     def checkpoint(strat: FDPADMMStrategy) -> None:
         every = scenario.output.checkpoint_every

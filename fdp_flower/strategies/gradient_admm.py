@@ -34,7 +34,7 @@ from fdp_flower.gradient_admm import (
     theorem1_sigma,
 )
 from fdp_flower.privacy import PrivacyLedger
-from fdp_flower.strategies.records import pack_arrays, reply_sender, unpack_arrays
+from fdp_flower.strategies.records import pack_arrays, reply_sender, run_results_dir, unpack_arrays
 
 
 class GradientFederationError(RuntimeError):
@@ -242,15 +242,12 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
 def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     """ServerApp runner (dispatch hook for dp_admm / dp_acc_admm): run, then write the results."""
     import json
-    import time
-    from pathlib import Path
 
     from fdp_flower.results import write_csv
     from fdp_flower.scenario import scenario_to_yaml
 
     strategy = run_gradient_admm_federation(grid, scenario)
-    base = Path(str(context.run_config.get("results-dir", "") or "results"))
-    out = base / f"{scenario.name}-flower-{time.strftime('%Y%m%d-%H%M%S')}-run{context.run_id}"
+    out = run_results_dir(context.run_config, context.run_id, scenario.name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
     write_csv(out / "history.csv", strategy.history)

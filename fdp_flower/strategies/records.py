@@ -1,7 +1,9 @@
 """Numpy arrays <-> Flower records, shared by strategies and client workers."""
 from __future__ import annotations
 
+import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -26,3 +28,10 @@ def reply_sender(reply: Message, server_round: int, count: int, seen, error: typ
     if not 0 <= sender < count or sender in seen:
         raise error(f"round {server_round}: bad or duplicate partition id {sender}")
     return sender
+
+
+def run_results_dir(run_config, run_id: int, name: str, tag: str = "flower") -> Path:
+    """``<results-dir>/<name>-<tag>-<time>-run<id>``: where a ServerApp writes a run's results
+    (``results-dir`` of the run config, default ``results``; ``tag`` "relay" for peer-to-peer)."""
+    base = Path(str(run_config.get("results-dir", "") or "results"))
+    return base / f"{name}-{tag}-{time.strftime('%Y%m%d-%H%M%S')}-run{run_id}"

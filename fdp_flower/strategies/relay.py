@@ -27,7 +27,7 @@ with warnings.catch_warnings():
 
 from fdp_flower.p2p.node import NodeState, P2PAlgorithm
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.records import pack_arrays, reply_sender, unpack_arrays
+from fdp_flower.strategies.records import pack_arrays, reply_sender, run_results_dir, unpack_arrays
 from fdp_flower.topology import Graph
 
 
@@ -171,16 +171,12 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
 
 def run_p2p_federation(grid: Grid, context: Context, scenario) -> None:
     """ServerApp runner (dispatch hook for the peer-to-peer algorithm kinds): run and write results."""
-    from pathlib import Path
-    import time
-
     try:
         strategy = run_relay(grid, scenario)
     except RelayError as exc:
         log(ERROR, "relay stopped: %s", exc)
         raise
-    base = Path(str(context.run_config.get("results-dir", "") or "results"))
-    out = base / f"{scenario.name}-relay-{time.strftime('%Y%m%d-%H%M%S')}-run{context.run_id}"
+    out = run_results_dir(context.run_config, context.run_id, scenario.name, tag="relay")
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / "iterates.npz", released=np.stack(strategy.released_history),
                         duals=np.stack(strategy.dual_history))
