@@ -7,7 +7,7 @@ per-round (eps, delta) = (0.5, 1e-5), L = 30 rounds, R seeds.  Conditions:
 
 - ``fault_free``: every client replies every round;
 - ``fail30``: each client fails independently with probability 0.3 each round (its own seeded
-  stream); a failed client keeps its last released primal and its dual (``fdp_flower.faults``);
+  stream); a failed client keeps its last released primal and its dual (``fdp_flower.algorithms.faults``);
   quorum 0.2 (a round needs 2 of 10 replies);
 - ``fail30_longer``: the same failures with L = 43 rounds, so that each client makes about as many
   releases (0.7 x 43 ~ 30) as in the fault-free run.
@@ -32,8 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fdp_flower.engine.inprocess import run_fdp_admm  # noqa: E402
-from fdp_flower.scenario import load_scenario  # noqa: E402
+from fdp_flower.algorithms.fdp_admm.config import load_scenario  # noqa: E402
+from fdp_flower.engines.inprocess import run_fdp_admm  # noqa: E402
 
 CONDITIONS = {
     "fault_free": [],

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fdp_flower import design
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.scenario import parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.functional import design
 
 PAPER_EPS_INF = {("l1", 0.25): 0.43536, ("l1", 0.5): 0.38291, ("l1", 0.9): 0.98044,
                  ("l2", 0.25): 0.27901, ("l2", 0.5): 0.20853, ("l2", 0.9): 0.49421}

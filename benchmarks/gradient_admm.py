@@ -25,16 +25,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fdp_flower.algorithms.gradient_admm.reference import optimality_residual, solve_generalized_lasso  # noqa: E402
+from fdp_flower.algorithms.gradient_admm.update import graph_guided_matrix, privacy_report, spectral_norm_gram  # noqa: E402
+from fdp_flower.core.losses import LogisticLoss  # noqa: E402
 from fdp_flower.data import adult_a9a, load_breast_cancer_binary, train_test_split_binary  # noqa: E402
-from fdp_flower.engine.gradient_admm import (  # noqa: E402
-    GradientADMMProblem,
-    GradientPrivacy,
-    run_gradient_admm,
-    split_clients,
-)
-from fdp_flower.gradient_admm import graph_guided_matrix, privacy_report, spectral_norm_gram  # noqa: E402
-from fdp_flower.gradient_admm_reference import optimality_residual, solve_generalized_lasso  # noqa: E402
-from fdp_flower.losses import LogisticLoss  # noqa: E402
+from fdp_flower.engines.gradient_admm import GradientADMMProblem, GradientPrivacy, run_gradient_admm, split_clients  # noqa: E402
 
 LOSS = LogisticLoss()
 DELTA = 1e-3  # the paper's delta
@@ -57,7 +52,7 @@ def build(dataset: str, *, lam: float, clients: int, seed: int = 0):
     fa, fy = split_clients(split.x_train, split.y_train, clients, np.random.default_rng(seed + 1))
     problem = GradientADMMProblem.from_clients(loss=LOSS, matrix=a, lam=lam, features=fa, responses=fy, c1=1.0,
                                                test_features=split.x_test, test_labels=split.y_test)
-    from fdp_flower.gradient_admm import accuracy
+    from fdp_flower.algorithms.gradient_admm.update import accuracy
 
     info = dict(dataset=dataset, n_train=len(split.y_train), n_test=len(split.y_test), dim=problem.dim,
                 edges=a.shape[0] - problem.dim, gram_norm=spectral_norm_gram(a), lam=lam, clients=clients,

@@ -28,11 +28,21 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from fdp_flower.engine.p2p import run_scenario  # noqa: E402
-from fdp_flower.p2p.config import (P2PAdultData, P2PBreastCancerData, DecentralizedAdmmConfig, DpNflConfig,  # noqa: E402
-                                   P2PScenario, PrAdmmConfig, SyntheticRegressionData, ZcdpGradNflConfig,
-                                   ZcdpNflConfig, build_graph, build_problem)
-from fdp_flower.scenario import PrivacyConfig  # noqa: E402
+from fdp_flower.algorithms.p2p.config import (  # noqa: E402
+    DecentralizedAdmmConfig,
+    DpNflConfig,
+    P2PAdultData,
+    P2PBreastCancerData,
+    P2PScenario,
+    PrAdmmConfig,
+    SyntheticRegressionData,
+    ZcdpGradNflConfig,
+    ZcdpNflConfig,
+    build_graph,
+    build_problem,
+)
+from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
+from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "p2p"
 DELTA = 1.0e-4

@@ -37,12 +37,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-from fdp_flower.engine.p2p import run_scenario  # noqa: E402
-from fdp_flower.mechanisms import add_gaussian_noise, release_rng  # noqa: E402
-from fdp_flower.p2p.config import (P2PScenario, SyntheticRegressionData, ZcdpGradNflConfig,  # noqa: E402
-                                   ZcdpNflConfig, build_algorithm, build_graph, build_problem)
-from fdp_flower.p2p.grad_nfl import metropolis_row  # noqa: E402
-from fdp_flower.scenario import PrivacyConfig  # noqa: E402
+from fdp_flower.algorithms.p2p.config import (  # noqa: E402
+    P2PScenario,
+    SyntheticRegressionData,
+    ZcdpGradNflConfig,
+    ZcdpNflConfig,
+    build_algorithm,
+    build_graph,
+    build_problem,
+)
+from fdp_flower.algorithms.p2p.grad_nfl import metropolis_row  # noqa: E402
+from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
+from fdp_flower.engines.p2p import run_scenario  # noqa: E402
+from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng  # noqa: E402
 
 T, N = 200, 20
 TUNE, EVAL = range(1000, 1002), range(0, 5)

@@ -22,10 +22,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.filterwarnings("ignore")
 
-from fdp_flower.engine.p2p import run_scenario  # noqa: E402
-from fdp_flower.p2p.config import (DecentralizedAdmmConfig, P2PScenario, SyntheticRegressionData,  # noqa: E402
-                                   ZcdpGradNflConfig, ZcdpNflConfig, build_problem)
-from fdp_flower.scenario import PrivacyConfig  # noqa: E402
+from fdp_flower.algorithms.p2p.config import (  # noqa: E402
+    DecentralizedAdmmConfig,
+    P2PScenario,
+    SyntheticRegressionData,
+    ZcdpGradNflConfig,
+    ZcdpNflConfig,
+    build_problem,
+)
+from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
+from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 
 T, TAIL, TUNE, EVAL = 200, 50, (1000, 2), (0, 5)
 PROBLEMS = ("elastic_net", "lad")

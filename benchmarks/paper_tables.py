@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread per process (see fdp_flower.sweep)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread per process (see fdp_flower.engines.sweep)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
@@ -21,8 +21,8 @@ import platform
 import time
 from pathlib import Path
 
-from fdp_flower.report import report
-from fdp_flower.sweep import load_sweep, run_sweep, write_sweep_results
+from fdp_flower.engines.sweep import load_sweep, run_sweep, write_sweep_results
+from fdp_flower.outputs.report import report
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "paper_tables"

@@ -7,11 +7,11 @@ Paper 000's simulation design, n = 100000, K = 10 (pooled FPCA), c1 = 3, tau = 0
 lam = 0.05, M in {10, 20, 50}, l1 and l2 penalties.  Every private run spends a total
 (eps, delta = 1e-5) per client for the whole run (ledger, PLD).  For every (repetition, M,
 penalty) the exact non-private centralized estimator of the same penalized problem on the pooled
-scores clipped at c1 = 3 (:func:`fdp_flower.reference.solve_reference`) is solved once and cached
+scores clipped at c1 = 3 (:func:`fdp_flower.algorithms.fdp_admm.reference.solve_reference`) is solved once and cached
 (``exact_cache.json``: it does not depend on eps); every ratio below is against it.  Private
 configurations:
 
-- ``recommended``: the total-budget defaults of ``fdp_flower.scenario`` (80 rounds, constant step 3,
+- ``recommended``: the total-budget defaults of ``fdp_flower.algorithms.fdp_admm.config`` (80 rounds, constant step 3,
   tail average of the last half) with the tighter public clip c1 = 2 (docs/choosing_a_budget.md);
 - ``defaults``: the same with c1 = 3;
 - ``ellipsoid``: ``model.clip_shape: ellipsoid`` with Mahalanobis radius 4 (rows clipped to
@@ -38,11 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fdp_flower import design
-from fdp_flower.engine.batched import run_batched, shared_setup
-from fdp_flower.reference import solve_reference
-from fdp_flower.runtime import build_objective
-from fdp_flower.scenario import Scenario, parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import Scenario, parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import build_objective
+from fdp_flower.algorithms.fdp_admm.reference import solve_reference
+from fdp_flower.engines.batched import run_batched, shared_setup
+from fdp_flower.functional import design
 
 CLIENTS = (10, 20, 50)
 PENALTIES = ("l1", "l2")

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 import privacy_utility as pu  # noqa: E402
 
-from fdp_flower.engine.batched import run_batched  # noqa: E402
+from fdp_flower.engines.batched import run_batched  # noqa: E402
 
 SEEDS = (1000, 1001, 1002, 1003)
 GRIDS = ([(4.0, r, e) for r, e in ((80, 3.0), (80, 5.0), (120, 3.0), (160, 3.0), (120, 5.0))],

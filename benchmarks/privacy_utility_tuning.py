@@ -23,9 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import privacy_utility as pu
 
-from fdp_flower import design
-from fdp_flower.engine.batched import run_batched, shared_setup
-from fdp_flower.scenario import parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.engines.batched import run_batched, shared_setup
+from fdp_flower.functional import design
 
 
 def scenario(M, pen, seed, rounds, step, sched, K, c1, eps=1.0):

@@ -9,10 +9,10 @@ with warnings.catch_warnings():
     from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
 
+from fdp_flower.algorithms.registry import any_scenario_from_run_config, family_of
 from fdp_flower.clients.fdp_admm import handle_fdp_admm_train
 from fdp_flower.clients.gradient_admm import handle_gradient_admm_train
 from fdp_flower.clients.p2p import handle_p2p_train
-from fdp_flower.scenario_families import any_scenario_from_run_config, family_of
 
 app = ClientApp()
 

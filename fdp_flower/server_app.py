@@ -11,8 +11,9 @@ with warnings.catch_warnings():
     from flwr.common.logger import log
     from flwr.serverapp import Grid, ServerApp
 
-from fdp_flower.scenario_families import any_scenario_from_run_config, family_of
-from fdp_flower.strategies.fdp_admm import run_fdp_admm_federation, wait_for_simulation_backend
+from fdp_flower.algorithms.registry import any_scenario_from_run_config, family_of
+from fdp_flower.strategies.common import wait_for_simulation_backend
+from fdp_flower.strategies.fdp_admm import run_fdp_admm_federation
 from fdp_flower.strategies.gradient_admm import run_gradient_admm_server
 from fdp_flower.strategies.relay import run_p2p_federation
 

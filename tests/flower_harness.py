@@ -1,7 +1,7 @@
 """Start a real SuperLink (simulation runtime) on loopback and run the app on it.
 
 Used by the Flower end-to-end tests: the SuperLink is the library's
-:class:`fdp_flower.loopback.SimulationFederation` (FLWR_HOME in the test's temp dir,
+:class:`fdp_flower.engines.flower.SimulationFederation` (FLWR_HOME in the test's temp dir,
 telemetry and runtime dependency installation off, every process stopped by PID, also
 on failure); ``flwr_run`` passes the run config as a string, as a user would type it.
 """
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fdp_flower.loopback import SimulationFederation
+from fdp_flower.engines.flower import SimulationFederation
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]

@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fdp_flower import design
-from fdp_flower.engine.batched import data_key, run_batched
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.fpca import fit_pooled_fpca
-from fdp_flower.scenario import load_scenario
+from fdp_flower.algorithms.fdp_admm.config import load_scenario
+from fdp_flower.engines.batched import data_key, run_batched
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.functional import design
+from fdp_flower.functional.fpca import fit_pooled_fpca
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.n_samples=1503", "federation.num_clients=6", "algorithm.rounds=10", "seed=11"]

@@ -9,12 +9,17 @@ import pytest
 import yaml
 
 from fdp_flower import cli
-from fdp_flower.checkpoint import (Checkpoint, CheckpointError, check_resumable, read_checkpoint,
-                                   write_checkpoint)
-from fdp_flower.engine import inprocess
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.mechanisms import release_rng
-from fdp_flower.scenario import parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.engines import inprocess
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.outputs.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    check_resumable,
+    read_checkpoint,
+    write_checkpoint,
+)
+from fdp_flower.privacy.mechanisms import release_rng
 
 SCENARIO = {"name": "ckpt", "seed": 3, "data": {"n_samples": 800, "grid_points": 21},
             "federation": {"num_clients": 3}, "basis": {"kind": "fixed", "n_components": 4},

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from fdp_flower.algorithms.registry import ALGORITHM_KINDS, family_of, load_any_scenario
 from fdp_flower.cli import main
-from fdp_flower.scenario_families import ALGORITHM_KINDS, family_of, load_any_scenario
-from fdp_flower.scenario import ScenarioError
+from fdp_flower.config.base import ScenarioError
 
 
 @pytest.mark.parametrize("scenario,override", [

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fdp_flower.algorithms.fdp_admm.config import load_scenario
 from fdp_flower.cli import main
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.scenario import load_scenario
+from fdp_flower.engines.inprocess import run_fdp_admm
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = ["data.n_samples=1200", "federation.num_clients=3", "algorithm.rounds=3"]

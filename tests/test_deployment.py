@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fdp_flower.data_files import load_dataset, partition, write_partitions
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.loopback import LoopbackFederation
-from fdp_flower.scenario import load_scenario
+from fdp_flower.algorithms.fdp_admm.config import load_scenario
+from fdp_flower.engines.flower import LoopbackFederation
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.functional.node_files import load_dataset, partition, write_partitions
 
 APP = Path(__file__).resolve().parents[1]
 SCENARIO = APP / "scenarios" / "deploy_federated_fpca.yaml"

@@ -10,13 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdp_flower.clipping import clip_rows_ellipsoid
-from fdp_flower.engine.batched import run_batched
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.fdp_admm import client_primal_step
-from fdp_flower.mechanisms import add_gaussian_noise
-from fdp_flower.runtime import NoisePlan, build_objective, noise_scales, simulation_setup
-from fdp_flower.scenario import ScenarioError, parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, noise_scales
+from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.core.clipping import clip_rows_ellipsoid
+from fdp_flower.engines.batched import run_batched
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.privacy.mechanisms import add_gaussian_noise
 from tests.test_faults import run_strategy, task_identity  # noqa: F401  (fixture)
 
 K = 4

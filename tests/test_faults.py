@@ -11,22 +11,29 @@ import warnings
 import numpy as np
 import pytest
 
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.faults import (QuorumLost, advance_with_failures, check_primal, check_quorum, draw_failures,
-                               hold_failed_nodes, quorum_count)
-from fdp_flower.fdp_admm import FDPADMMState
-from fdp_flower.results import write_results
-from fdp_flower.scenario import parse_scenario
+from fdp_flower.algorithms.faults import (
+    QuorumLost,
+    advance_with_failures,
+    check_primal,
+    check_quorum,
+    draw_failures,
+    hold_failed_nodes,
+    quorum_count,
+)
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.outputs.results import write_results
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.app import Error as FlwrError
 
+from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.clients.fdp_admm import handle_fdp_admm_train
-from fdp_flower.runtime import simulation_setup
 from fdp_flower.strategies.fdp_admm import FDPADMMStrategy, run_fdp_admm_federation
-from fdp_flower.strategies.records import pack_arrays
+from fdp_flower.wire import pack_arrays
 
 BASE = {"seed": 3, "data": {"n_samples": 600, "grid_points": 21}, "federation": {"num_clients": 6},
         "basis": {"kind": "fixed", "n_components": 4}, "algorithm": {"rounds": 6}}
@@ -293,11 +300,11 @@ def test_runner_stops_cleanly_below_quorum_and_marks_the_dead_node(tmp_path):
 
 # ------------------------------------------------------------------ peer-to-peer
 def test_p2p_failed_node_is_held_and_neighbours_use_its_last_release(monkeypatch):
-    import fdp_flower.engine.p2p as engine
-    from fdp_flower.p2p.config import ZcdpNflConfig, build_algorithm
-    from fdp_flower.p2p.problems import data_rng, synthetic_problem
-    from fdp_flower.scenario import PrivacyConfig
-    from fdp_flower.topology import erdos_renyi, graph_rng
+    import fdp_flower.engines.p2p as engine
+    from fdp_flower.algorithms.p2p.config import ZcdpNflConfig, build_algorithm
+    from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
+    from fdp_flower.algorithms.p2p.topology import erdos_renyi, graph_rng
+    from fdp_flower.config.sections import PrivacyConfig
 
     g = erdos_renyi(8, 0.4, graph_rng(1))
     problem = synthetic_problem("lad", num_nodes=8, samples_per_node=20, dim=3, rng=data_rng(1))

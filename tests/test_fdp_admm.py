@@ -4,15 +4,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdp_flower import design
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_basis, client_features, load_partition
+from fdp_flower.algorithms.fdp_admm.update import (
+    FDPADMMState,
+    Objective,
+    client_primal_step,
+    primal_sensitivity,
+    server_update,
+)
 from fdp_flower.clients.fdp_admm import fdp_admm_client_update
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.fdp_admm import FDPADMMState, Objective, client_primal_step, primal_sensitivity, server_update
-from fdp_flower.losses import QuantileLoss
-from fdp_flower.mechanisms import zcdp_to_dp
-from fdp_flower.penalties import Penalty
-from fdp_flower.runtime import NoisePlan, build_basis, client_features, load_partition
-from fdp_flower.scenario import parse_scenario
+from fdp_flower.core.losses import QuantileLoss
+from fdp_flower.core.penalties import Penalty
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.functional import design
+from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 RNG = np.random.default_rng(2024)
 

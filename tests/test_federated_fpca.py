@@ -4,10 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdp_flower import design
-from fdp_flower import federated_fpca as ff
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.functional import design
+from fdp_flower.functional import federated_fpca as ff
 from fdp_flower.privacy import PrivacyLedger
-from fdp_flower.scenario import ScenarioError, parse_scenario
 
 
 def test_symmetric_noise_has_iid_entries_on_and_above_the_diagonal():

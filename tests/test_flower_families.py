@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdp_flower.scenario import parse_override_string
-from fdp_flower.scenario_families import load_any_scenario
+from fdp_flower.algorithms.registry import load_any_scenario
+from fdp_flower.config.base import parse_override_string
 from tests.flower_harness import REPO, flwr_run, simulation_superlink
 
 CASES = [
@@ -25,7 +25,7 @@ def test_flwr_run_dispatches_p2p_and_gradient_admm(tmp_path):
             assert run["status"] == "finished:completed", f"{scenario}: {run['status-details']}\n{output[-3000:]}"
             (result_dir,) = list(out.iterdir())
             assert any(result_dir.glob("history.*")) and any(result_dir.glob("ledger.*"))
-    from fdp_flower.engine.gradient_admm import run_scenario
+    from fdp_flower.engines.gradient_admm import run_scenario
 
     scenario, overrides = CASES[1]
     local, _problem, _ref = run_scenario(load_any_scenario(REPO / scenario, parse_override_string(overrides)),

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.scenario import load_scenario, parse_override_string
+from fdp_flower.algorithms.fdp_admm.config import load_scenario
+from fdp_flower.config.base import parse_override_string
+from fdp_flower.engines.inprocess import run_fdp_admm
 from tests.flower_harness import REPO, flwr_run, simulation_superlink
 
 SCENARIO = "scenarios/flwr_default.yaml"

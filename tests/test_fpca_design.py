@@ -6,9 +6,14 @@ import warnings
 import numpy as np
 import pytest
 
-from fdp_flower import design
-from fdp_flower.fpca import (FunctionalBasis, choose_n_components, fit_pooled_fpca, fixed_basis,
-                             simpson_weights)
+from fdp_flower.functional import design
+from fdp_flower.functional.fpca import (
+    FunctionalBasis,
+    choose_n_components,
+    fit_pooled_fpca,
+    fixed_basis,
+    simpson_weights,
+)
 
 GRID = design.default_grid()
 

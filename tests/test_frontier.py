@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from fdp_flower.engine.batched import run_batched
-from fdp_flower.engine.inprocess import run_fdp_admm
-from fdp_flower.faults import advance_with_failures, draw_failures
-from fdp_flower.fdp_admm import FDPADMMState, tail_start_round
-from fdp_flower.runtime import NoisePlan
-from fdp_flower.scenario import TOTAL_BUDGET_DEFAULTS, parse_scenario
+from fdp_flower.algorithms.faults import advance_with_failures, draw_failures
+from fdp_flower.algorithms.fdp_admm.config import TOTAL_BUDGET_DEFAULTS, parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import NoisePlan
+from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, tail_start_round
+from fdp_flower.engines.batched import run_batched
+from fdp_flower.engines.inprocess import run_fdp_admm
 from tests.test_faults import error_reply, run_strategy, task_identity  # noqa: F401 (fixture)
 
 SMALL = {"seed": 4, "data": {"n_samples": 4000}, "federation": {"num_clients": 4}}

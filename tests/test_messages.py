@@ -13,11 +13,11 @@ import warnings
 import numpy as np
 import pytest
 
-from fdp_flower import design
-from fdp_flower.fdp_admm import client_primal_step
-from fdp_flower.mechanisms import release_rng
-from fdp_flower.runtime import NoisePlan, build_objective, client_features, load_partition
-from fdp_flower.scenario import parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, client_features, load_partition
+from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.functional import design
+from fdp_flower.privacy.mechanisms import release_rng
 from tests.test_faults import FakeGrid, run_strategy, task_identity  # noqa: F401  (fixture)
 
 with warnings.catch_warnings():
@@ -79,7 +79,7 @@ def test_every_train_reply_is_exactly_the_release(privacy, expect_clipped):
 
 def test_setup_reply_on_node_local_data_carries_no_samples(tmp_path):
     from fdp_flower.clients.node_phase import handle_node_setup_query
-    from fdp_flower.data_files import write_node_file
+    from fdp_flower.functional.node_files import write_node_file
 
     grid_pts = np.linspace(0, 1, 21)
     data = design.simulate_slice(4, 0, 37, tau=0.5, grid=grid_pts)
@@ -114,7 +114,7 @@ def test_the_inspector_catches_a_leak():
     sc = base()
 
     def leaky(rnd, client, msg, reply):
-        from fdp_flower.strategies.records import pack_arrays
+        from fdp_flower.wire import pack_arrays
 
         if rnd == 1:  # honest in round 1 (the server learns who is who), leaks scores from round 2
             return reply
@@ -128,9 +128,9 @@ def test_the_inspector_catches_a_leak():
     sent = []
     orig = grid.send_and_receive
     grid.send_and_receive = lambda messages, timeout=None: sent.extend(out := orig(messages, timeout=timeout)) or out
-    from fdp_flower.runtime import simulation_setup
+    from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
     from fdp_flower.strategies.fdp_admm import FDPADMMStrategy
-    from fdp_flower.strategies.records import pack_arrays
+    from fdp_flower.wire import pack_arrays
 
     _s, basis, *_r, ev = simulation_setup(sc, with_reference=False)
     strat = FDPADMMStrategy(sc, basis, partition_sizes=_s, evaluate_state=ev)

@@ -7,7 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fdp_flower.data_files import (
+from fdp_flower.algorithms.fdp_admm.config import load_scenario, parse_scenario
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.functional.design import CurveData
+from fdp_flower.functional.node_files import (
     NodeDataError,
     grid_digest,
     load_dataset,
@@ -16,8 +19,6 @@ from fdp_flower.data_files import (
     write_node_file,
     write_partitions,
 )
-from fdp_flower.design import CurveData
-from fdp_flower.scenario import ScenarioError, load_scenario, parse_scenario
 
 APP = Path(__file__).resolve().parents[1]
 
@@ -148,8 +149,8 @@ def test_setup_detects_grid_mismatch_between_nodes():
 
 
 def test_provided_basis_from_a_file(tmp_path):
-    from fdp_flower.engine.inprocess import run_fdp_admm
-    from fdp_flower.fpca import fixed_basis
+    from fdp_flower.engines.inprocess import run_fdp_admm
+    from fdp_flower.functional.fpca import fixed_basis
 
     paths = write_partitions(partition(load_dataset("paper", n_samples=300), 3), tmp_path, "npz")
     grid = np.linspace(0.0, 1.0, 100)

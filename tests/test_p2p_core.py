@@ -3,18 +3,19 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import optimize
 
-from fdp_flower.fdp_admm import Objective
-from fdp_flower.losses import LogisticLoss
-from fdp_flower.mechanisms import zcdp_to_dp
-from fdp_flower.p2p import budget as b
-from fdp_flower.p2p.grad_nfl import grad_nfl_step, metropolis_row
-from fdp_flower.p2p.pr_admm import exact_primal_step, pr_sensitivity, threshold_neighbours
-from fdp_flower.p2p.problems import data_rng, synthetic_problem
-from fdp_flower.p2p.zcdp_nfl import nfl_dual_step, nfl_primal_step, nfl_sensitivity
-from fdp_flower.penalties import Penalty
+from fdp_flower.algorithms.fdp_admm.update import Objective
+from fdp_flower.algorithms.p2p import budget as b
+from fdp_flower.algorithms.p2p.grad_nfl import grad_nfl_step, metropolis_row
+from fdp_flower.algorithms.p2p.pr_admm import exact_primal_step, pr_sensitivity, threshold_neighbours
+from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
+from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_dual_step, nfl_primal_step, nfl_sensitivity
+from fdp_flower.core.losses import LogisticLoss
+from fdp_flower.core.penalties import Penalty
+from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,24 @@ import math
 import numpy as np
 import pytest
 
-import fdp_flower.engine.p2p as engine
-from fdp_flower.p2p import budget as b
-from fdp_flower.p2p.config import (P2PBreastCancerData, DecentralizedAdmmConfig, P2PScenario, PrAdmmConfig,
-                                   ZcdpGradNflConfig, ZcdpNflConfig, build_algorithm, build_graph, build_problem)
-from fdp_flower.p2p.node import P2PAlgorithm
-from fdp_flower.p2p.problems import data_rng, synthetic_problem
-from fdp_flower.scenario import PrivacyConfig
-from fdp_flower.schedules import StepSchedule
-from fdp_flower.topology import erdos_renyi, graph_rng, ring
+import fdp_flower.engines.p2p as engine
+from fdp_flower.algorithms.p2p import budget as b
+from fdp_flower.algorithms.p2p.config import (
+    DecentralizedAdmmConfig,
+    P2PBreastCancerData,
+    P2PScenario,
+    PrAdmmConfig,
+    ZcdpGradNflConfig,
+    ZcdpNflConfig,
+    build_algorithm,
+    build_graph,
+    build_problem,
+)
+from fdp_flower.algorithms.p2p.node import P2PAlgorithm
+from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
+from fdp_flower.algorithms.p2p.topology import erdos_renyi, graph_rng, ring
+from fdp_flower.config.sections import PrivacyConfig
+from fdp_flower.core.schedules import StepSchedule
 
 NONPRIVATE = PrivacyConfig(enabled=False)
 TOTAL10 = PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4)
@@ -144,7 +153,7 @@ def test_graph_is_part_of_the_results():
 def test_every_shipped_p2p_scenario_loads_and_builds():
     from pathlib import Path
 
-    from fdp_flower.p2p.config import load_p2p_scenario
+    from fdp_flower.algorithms.p2p.config import load_p2p_scenario
 
     files = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("p2p_*.yaml"))
     assert len(files) >= 8
@@ -158,8 +167,8 @@ def test_every_shipped_p2p_scenario_loads_and_builds():
 
 
 def test_config_errors_are_clear():
-    from fdp_flower.p2p.config import parse_p2p_scenario
-    from fdp_flower.scenario import ScenarioError
+    from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+    from fdp_flower.config.base import ScenarioError
 
     with pytest.raises(ScenarioError, match="epsiln"):
         parse_p2p_scenario({"privacy": {"epsiln": 1.0}})

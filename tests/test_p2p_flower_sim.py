@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from fdp_flower.engine.p2p import run_scenario
-from fdp_flower.p2p.config import P2PScenario, SyntheticRegressionData, ZcdpNflConfig
-from fdp_flower.scenario import PrivacyConfig
+from fdp_flower.algorithms.p2p.config import P2PScenario, SyntheticRegressionData, ZcdpNflConfig
+from fdp_flower.config.sections import PrivacyConfig
+from fdp_flower.engines.p2p import run_scenario
 
 SCENARIO = P2PScenario(topology={"kind": "ring", "num_nodes": 4},
                        data=SyntheticRegressionData(problem="lad", samples_per_node=20, dim=3),

@@ -6,16 +6,22 @@ exercises the strategy's and the worker's Message handling without a network.
 """
 import numpy as np
 import pytest
-
-from fdp_flower.clients.p2p import handle_p2p_train
-from fdp_flower.engine.p2p import run_scenario
-from fdp_flower.p2p.config import (P2PBreastCancerData, P2PScenario, PrAdmmConfig, SyntheticRegressionData,
-                                   ZcdpGradNflConfig, ZcdpNflConfig, build_graph)
-from fdp_flower.scenario import PrivacyConfig
-from fdp_flower.strategies.relay import P2PRelayStrategy, RelayError, run_relay
-
 from flwr.app import Context, RecordDict  # noqa: E402  (warning filtered in pyproject)
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from fdp_flower.algorithms.p2p.config import (
+    P2PBreastCancerData,
+    P2PScenario,
+    PrAdmmConfig,
+    SyntheticRegressionData,
+    ZcdpGradNflConfig,
+    ZcdpNflConfig,
+    build_graph,
+)
+from fdp_flower.clients.p2p import handle_p2p_train
+from fdp_flower.config.sections import PrivacyConfig
+from fdp_flower.engines.p2p import run_scenario
+from fdp_flower.strategies.relay import P2PRelayStrategy, RelayError, run_relay
 
 
 @pytest.fixture(autouse=True)

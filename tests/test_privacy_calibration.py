@@ -4,9 +4,10 @@ import logging
 import numpy as np
 import pytest
 
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.config.base import ScenarioError
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 from fdp_flower.privacy.calibration import calibrate_noise_multiplier, calibrate_schedule, schedule_multipliers
-from fdp_flower.scenario import ScenarioError, parse_scenario
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ def test_scenario_schedule_field():
 
 
 def test_noise_plan_total_mode_keeps_the_shape_and_meets_the_budget():
-    from fdp_flower.cli_privacy import fdp_admm_ledger
-    from fdp_flower.runtime import NoisePlan
+    from fdp_flower.algorithms.fdp_admm.plan import NoisePlan
+    from fdp_flower.cli.privacy import fdp_admm_ledger
 
     sc = parse_scenario({"data": {"n_samples": 3000}, "federation": {"num_clients": 3},
                          "algorithm": {"rounds": 12}, "basis": {"kind": "fixed", "n_components": 5},

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from fdp_flower.cli_privacy import main, register
+from fdp_flower.cli.privacy import main, register
 
 BASE = ["privacy", "--clients", "3", "--samples", "3000", "--rounds", "6", "--components", "4"]
 
@@ -66,5 +66,5 @@ def test_register_adds_the_subcommand():
 
 def test_privacy_layer_does_not_import_flwr():
     code = ("import sys, fdp_flower.privacy, fdp_flower.privacy.guard, fdp_flower.privacy.closed_forms, "
-            "fdp_flower.cli_privacy; assert 'flwr' not in sys.modules")
+            "fdp_flower.cli.privacy; assert 'flwr' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

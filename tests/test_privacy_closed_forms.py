@@ -4,14 +4,21 @@ import math
 import numpy as np
 import pytest
 
-from fdp_flower.mechanisms import classic_gaussian_sigma, zcdp_to_dp
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.privacy.closed_forms import (dp_admm_theorem1_closed_form, dp_admm_theorem1_epsilon,
-                                             dp_admm_theorem1_sigma, fdp_admm_closed_form,
-                                             fdp_admm_round_epsilon, pr_admm_periodic_rho_sum,
-                                             pr_admm_sensitivity, pr_admm_theorem3_closed_form,
-                                             pr_admm_theorem3_rho, pr_admm_theorem4_closed_form,
-                                             pr_admm_theorem4_rho)
+from fdp_flower.privacy.closed_forms import (
+    dp_admm_theorem1_closed_form,
+    dp_admm_theorem1_epsilon,
+    dp_admm_theorem1_sigma,
+    fdp_admm_closed_form,
+    fdp_admm_round_epsilon,
+    pr_admm_periodic_rho_sum,
+    pr_admm_sensitivity,
+    pr_admm_theorem3_closed_form,
+    pr_admm_theorem3_rho,
+    pr_admm_theorem4_closed_form,
+    pr_admm_theorem4_rho,
+)
+from fdp_flower.privacy.mechanisms import classic_gaussian_sigma, zcdp_to_dp
 
 DELTA = 1e-4
 

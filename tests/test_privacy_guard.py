@@ -4,8 +4,8 @@ import logging
 import numpy as np
 import pytest
 
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
-from fdp_flower.scenario import parse_scenario
 
 DELTA = 1e-5
 
@@ -73,8 +73,8 @@ SMALL = {"data": {"n_samples": 1500}, "federation": {"num_clients": 3}, "algorit
 
 
 def test_engine_stops_cleanly_before_exceeding(caplog):
-    from fdp_flower.cli_privacy import fdp_admm_ledger
-    from fdp_flower.engine.inprocess import run_fdp_admm
+    from fdp_flower.cli.privacy import fdp_admm_ledger
+    from fdp_flower.engines.inprocess import run_fdp_admm
 
     sc = parse_scenario(SMALL)
     full, _ = fdp_admm_ledger(sc)  # the releases the run would make, without training
@@ -92,7 +92,7 @@ def test_engine_stops_cleanly_before_exceeding(caplog):
 
 
 def test_engine_total_mode_completes_within_budget():
-    from fdp_flower.engine.inprocess import run_fdp_admm
+    from fdp_flower.engines.inprocess import run_fdp_admm
 
     sc = parse_scenario({**SMALL, "privacy": {"mode": "total", "eps": 1.0, "delta": 1e-5,
                                               "schedule": {"kind": "periodic", "decay": 0.8, "period": 2}}})

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
-from fdp_flower.mechanisms import zcdp_to_dp
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 from fdp_flower.privacy.calibration import PLD_DISCRETIZATION
+from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 DELTA = 1e-5
 

@@ -8,11 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fdp_flower import design
-from fdp_flower.fpca import fixed_basis
-from fdp_flower.runtime import load_partition, partition_sizes
-from fdp_flower.scenario import Scenario, ScenarioError, apply_overrides, load_scenario, parse_scenario
-from fdp_flower.validation import DataValidationError, check_curve_data, check_same_grid
+from fdp_flower.algorithms.fdp_admm.config import Scenario, load_scenario, parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import load_partition, partition_sizes
+from fdp_flower.config.base import ScenarioError, apply_overrides
+from fdp_flower.functional import design
+from fdp_flower.functional.fpca import fixed_basis
+from fdp_flower.functional.validation import DataValidationError, check_curve_data, check_same_grid
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -163,7 +164,7 @@ def test_property_helper_rejects_foreign_errors():
 
 
 # ------------------------------------------------------------------ node-local data files (deployment loader)
-from fdp_flower.data_files import read_node_file  # noqa: E402
+from fdp_flower.functional.node_files import read_node_file  # noqa: E402
 
 cells = st.one_of(st.sampled_from(["response", "t=0", "t=0.5", "t=1", "t=x", "1", "-2.5", "nan", "inf", ""]),
                   st.text(alphabet="0123456789.,-e \"\n", max_size=6))

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from fdp_flower.losses import AbsoluteLoss, QuantileLoss
-from fdp_flower.penalties import Penalty
-from fdp_flower.reference import pooled_objective, solve_reference
+from fdp_flower.algorithms.fdp_admm.reference import pooled_objective, solve_reference
+from fdp_flower.core.losses import AbsoluteLoss, QuantileLoss
+from fdp_flower.core.penalties import Penalty
 
 RNG = np.random.default_rng(99)
 

@@ -10,8 +10,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from fdp_flower.scenario import Scenario, ScenarioError, load_scenario
-from fdp_flower.sweep import SweepConfig, load_sweep
+from fdp_flower.algorithms.fdp_admm.config import Scenario, load_scenario
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.engines.sweep import SweepConfig, load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -26,10 +27,10 @@ def _load_any(path: Path):
     if kind == "fdp_admm":
         return load_scenario(path)
     if kind in ("dp_admm", "dp_acc_admm"):
-        from fdp_flower.gradient_admm_config import load_gradient_admm_scenario
+        from fdp_flower.algorithms.gradient_admm.config import load_gradient_admm_scenario
 
         return load_gradient_admm_scenario(path)
-    from fdp_flower.p2p.config import load_p2p_scenario
+    from fdp_flower.algorithms.p2p.config import load_p2p_scenario
 
     return load_p2p_scenario(path)
 
@@ -40,7 +41,7 @@ def test_every_shipped_scenario_loads(path):
 
 
 def test_paper_table_files_cover_the_paper_grid():
-    from fdp_flower import paper_tables
+    from fdp_flower.outputs import paper_tables
 
     for table, (penalty, m) in paper_tables.SETTINGS.items():
         spec = load_sweep(ROOT / "scenarios" / f"paper_table{table}.yaml")

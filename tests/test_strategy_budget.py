@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.privacy import GaussianRelease
-from fdp_flower.runtime import simulation_setup
-from fdp_flower.strategies.fdp_admm import FDPADMMStrategy, FederationError
-from fdp_flower.strategies.records import pack_arrays
+from fdp_flower.strategies.common import FederationError
+from fdp_flower.strategies.fdp_admm import FDPADMMStrategy
+from fdp_flower.wire import pack_arrays
 from tests.test_faults import FakeGrid, scenario, task_identity  # noqa: F401  (fixture)
 
 

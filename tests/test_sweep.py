@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fdp_flower import paper_tables
 from fdp_flower.cli import main
-from fdp_flower.report import paper_table_markdown, report
-from fdp_flower.sweep import load_sweep, run_sweep, write_sweep_results
+from fdp_flower.engines.sweep import load_sweep, run_sweep, write_sweep_results
+from fdp_flower.outputs import paper_tables
+from fdp_flower.outputs.report import paper_table_markdown, report
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.n_samples=1200", "algorithm.rounds=6", "federation.num_clients=4"]
@@ -36,7 +36,7 @@ def test_sweep_is_reproducible_from_its_seed_for_any_worker_count():
 
 def test_sweep_runs_match_single_runs():
     """A sweep cell is the run of its scenario with seed = base seed + repetition."""
-    from fdp_flower.engine.inprocess import run_fdp_admm
+    from fdp_flower.engines.inprocess import run_fdp_admm
 
     spec = load_sweep(ROOT / "scenarios" / "paper_table4.yaml", SMALL + ["sweep.repetitions=2"])
     result = run_sweep(spec, workers=1, progress=False)
@@ -142,8 +142,8 @@ def test_printed_flower_command_parses_with_flwr():
 
     from flwr.common.config import parse_config_args
 
-    from fdp_flower.cli_sweep import flower_command
-    from fdp_flower.scenario import scenario_from_run_config
+    from fdp_flower.algorithms.fdp_admm.config import scenario_from_run_config
+    from fdp_flower.cli.sweep import flower_command
 
     args = shlex.split(flower_command("scenarios/quickstart.yaml", ["privacy.eps=0.2", "algorithm.rounds=5"]))
     config = parse_config_args([args[args.index("--run-config") + 1]])

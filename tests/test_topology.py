@@ -1,9 +1,10 @@
 """Graphs of the peer-to-peer mode: structure, connectivity, reproducibility, clear errors."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fdp_flower import topology as t
+from fdp_flower.algorithms.p2p import topology as t
 
 
 def _check_graph(g: t.Graph):

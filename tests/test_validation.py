@@ -5,14 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdp_flower import cli, design
+from fdp_flower import cli
+from fdp_flower.algorithms.fdp_admm.config import load_scenario, parse_scenario
+from fdp_flower.algorithms.p2p.config import build_graph, parse_p2p_scenario
+from fdp_flower.algorithms.p2p.topology import DisconnectedGraphError
 from fdp_flower.clients.fdp_admm import fdp_admm_client_update
-from fdp_flower.fpca import fixed_basis
-from fdp_flower.p2p.config import build_graph, parse_p2p_scenario
-from fdp_flower.scenario import ScenarioError, load_scenario, parse_scenario
-from fdp_flower.topology import DisconnectedGraphError
-from fdp_flower.validation import (DataValidationError, check_curve_data, check_curves, check_features,
-                                   check_partition, check_same_grid)
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.functional import design
+from fdp_flower.functional.fpca import fixed_basis
+from fdp_flower.functional.validation import (
+    DataValidationError,
+    check_curve_data,
+    check_curves,
+    check_features,
+    check_partition,
+    check_same_grid,
+)
 
 GRID = np.linspace(0, 1, 11)
 

@@ -11,12 +11,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fdp_flower.fdp_admm import client_primal_step
-from fdp_flower.fpca import FunctionalBasis
-from fdp_flower.mechanisms import add_gaussian_noise, release_rng
-from fdp_flower.runtime import NoisePlan, build_objective, client_features, load_partition, noise_scales
-from fdp_flower.scenario import Scenario
-from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.plan import (
+    NoisePlan,
+    build_objective,
+    client_features,
+    load_partition,
+    noise_scales,
+)
+from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.clients.common import node_partition
+from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
+from fdp_flower.wire import pack_arrays, unpack_arrays
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
@@ -61,31 +68,6 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
                                       noise_scales(scenario, basis))
         sigma_value = float(sigma)
     return ClientReply(released, partition, m, float(eta), float(sensitivity), sigma_value, clipped)
-
-
-def node_partition(context: Context, scenario: Scenario, named: int | None = None) -> int:
-    """This node's partition id, checked against the scenario's federation size.
-
-    ``named`` is a partition the server asked this node to simulate (when the
-    simulation has fewer nodes than clients); it is accepted only for simulated
-    data and when the node is not itself one client of a full-size federation.
-    """
-    num_nodes = int(context.node_config.get("num-partitions", 0))
-    if named is not None and num_nodes != scenario.federation.num_clients:
-        if not 0 <= named < scenario.federation.num_clients:
-            raise ValueError(f"partition-id {named} outside [0, {scenario.federation.num_clients})")
-        return named
-    try:
-        partition = int(context.node_config["partition-id"])
-        num_partitions = int(context.node_config["num-partitions"])
-    except KeyError as exc:
-        raise ValueError(f"node config lacks {exc.args[0]!r} (set partition-id and num-partitions)") from None
-    if num_partitions != scenario.federation.num_clients:
-        raise ValueError(f"the federation has {num_partitions} nodes but the scenario expects "
-                         f"federation.num_clients = {scenario.federation.num_clients}")
-    if not 0 <= partition < num_partitions:
-        raise ValueError(f"partition-id {partition} outside [0, {num_partitions})")
-    return partition
 
 
 def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) -> Message:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fdp_flower.clipping import clip_rows
-from fdp_flower.gradient_admm import client_release, gradient_sensitivity, theorem1_sigma
-from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+from fdp_flower.algorithms.gradient_admm.update import client_release, gradient_sensitivity, theorem1_sigma
+from fdp_flower.core.clipping import clip_rows
+from fdp_flower.wire import pack_arrays, unpack_arrays
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
@@ -38,7 +38,7 @@ def gradient_admm_client_update(*, loss, features: np.ndarray, labels: np.ndarra
                                 privacy=None) -> GradientReply:
     """Clip the rows to ||a|| <= c1, compute grad f_i(xh) and add Theorem 1 noise.
 
-    ``privacy`` is a :class:`fdp_flower.engine.gradient_admm.GradientPrivacy` or None (no noise).
+    ``privacy`` is a :class:`fdp_flower.engines.gradient_admm.GradientPrivacy` or None (no noise).
     The noise generator is ``release_rng(seed, partition, round_)``.
     """
     x_hat = np.asarray(x_hat, dtype=float)
@@ -61,11 +61,11 @@ def gradient_admm_client_update(*, loss, features: np.ndarray, labels: np.ndarra
 def handle_gradient_admm_train(msg: Message, context: Context, scenario, data=None) -> Message:
     """Unpack a DP-(Acc)ADMM train message, run the worker on this node's partition, pack the reply.
 
-    ``scenario`` is the client's own :class:`~fdp_flower.gradient_admm_config.GradientADMMScenario`;
-    ``data`` (optional) a preloaded :class:`~fdp_flower.engine.gradient_admm.ScenarioData`.
+    ``scenario`` is the client's own :class:`~fdp_flower.algorithms.gradient_admm.config.GradientADMMScenario`;
+    ``data`` (optional) a preloaded :class:`~fdp_flower.engines.gradient_admm.ScenarioData`.
     """
-    from fdp_flower.engine.gradient_admm import load_scenario_data, scenario_privacy
-    from fdp_flower.losses import make_loss
+    from fdp_flower.core.losses import make_loss
+    from fdp_flower.engines.gradient_admm import load_scenario_data, scenario_privacy
 
     config = msg.content["config"]
     if "partition-id" in config:

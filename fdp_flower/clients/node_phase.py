@@ -3,26 +3,24 @@
 The node reads its own file (node config ``data-path``, else the scenario's
 ``data.paths``), reports public bookkeeping -- its partition id, its sample count
 m_i and a fingerprint of its grid -- and, for the ``federated_dp`` basis, its noisy
-covariance summary (:mod:`fdp_flower.federated_fpca`).  Never a curve, a
+covariance summary (:mod:`fdp_flower.functional.federated_fpca`).  Never a curve, a
 coefficient vector or a score.
 """
 from __future__ import annotations
 
 import warnings
 
-from fdp_flower import federated_fpca
-from fdp_flower.clients.fdp_admm import node_partition
-from fdp_flower.data_files import grid_digest
-from fdp_flower.runtime import grid_of, load_partition
-from fdp_flower.scenario import FederatedDPBasis, NodeFiles, Scenario
-from fdp_flower.strategies.records import pack_arrays
+from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.plan import data_source, grid_of, load_partition
+from fdp_flower.clients.common import node_partition
+from fdp_flower.functional import federated_fpca
+from fdp_flower.functional.bases import basis_kind
+from fdp_flower.functional.node_files import grid_digest
+from fdp_flower.wire import pack_arrays
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
-
-SETUP_PHASE = "node-setup"
-
 
 def node_data_path(context: Context) -> str | None:
     """The node's own data file from its node config (``data-path``), if any."""
@@ -32,24 +30,20 @@ def node_data_path(context: Context) -> str | None:
 
 def handle_node_setup_query(msg: Message, context: Context, scenario: Scenario) -> Message:
     """Answer the server's setup query (see module docstring)."""
-    if not isinstance(scenario.data, NodeFiles):
+    source = data_source(scenario)
+    if not source.node_local:
         raise ValueError("the setup phase is for node-local data (data kind 'node_files')")
     partition = node_partition(context, scenario)
-    d = scenario.data
     # Read without forcing the scenario's grid: the server compares every node's grid
     # fingerprint with the scenario's and names the nodes that differ.
-    from fdp_flower.data_files import read_node_file
+    from fdp_flower.functional.node_files import read_node_file
 
-    path = node_data_path(context)
-    if path is None and d.paths is not None:
-        path = d.paths[partition]
-    if path is None:
-        raise ValueError("node-local data: set data-path in the node config (--node-config 'data-path=\"...\"')")
+    path = source.path_of(partition, node_data_path(context))
     raw = read_node_file(path)
     metrics = {"partition-id": partition, "num-examples": raw.n_samples, "grid-digest": grid_digest(raw.grid),
                "grid-points": int(raw.grid.size), "grid-start": float(raw.grid[0]), "grid-stop": float(raw.grid[-1])}
     arrays = ArrayRecord()
-    if isinstance(scenario.basis, FederatedDPBasis) and grid_digest(raw.grid) == grid_digest(grid_of(scenario)):
+    if basis_kind(scenario.basis).federated_phase and grid_digest(raw.grid) == grid_digest(grid_of(scenario)):
         data = load_partition(scenario, partition, path)
         pre = federated_fpca.scenario_pre_basis(scenario, grid_of(scenario))
         summary = federated_fpca.scenario_client_summary(scenario, partition, data.curves, pre)
@@ -61,4 +55,4 @@ def handle_node_setup_query(msg: Message, context: Context, scenario: Scenario) 
     return Message(content=content, reply_to=msg)
 
 
-__all__ = ["SETUP_PHASE", "handle_node_setup_query", "node_data_path"]
+__all__ = ["handle_node_setup_query", "node_data_path"]

@@ -2,13 +2,13 @@
 
 The relay sends node i one message per round with its own state (last release,
 dual, link statistics) and its neighbours' releases only; the worker runs
-:func:`fdp_flower.p2p.node.node_round` -- the very function of the in-process
+:func:`fdp_flower.algorithms.p2p.node.node_round` -- the very function of the in-process
 engine -- and replies with the new state.  Noise is calibrated and added here,
 from public quantities (m_i, |N_i|, the round, the scenario), with
 ``release_rng(seed, node, round)``.
 
 ``scenario`` is duck-typed: anything with ``seed``, ``topology``, ``data``,
-``algorithm`` and ``privacy`` as in :class:`fdp_flower.p2p.config.P2PScenario`.
+``algorithm`` and ``privacy`` as in :class:`fdp_flower.algorithms.p2p.config.P2PScenario`.
 The peer-to-peer data sources are simulated from the public seed, so any
 SuperNode can serve any graph node (the relay names it in the message); node-local
 data files are not supported in this mode yet.
@@ -21,9 +21,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from fdp_flower.p2p.config import P2PScenario, build_algorithm, build_graph, build_problem
-from fdp_flower.p2p.node import NodeState, node_round
-from fdp_flower.strategies.records import pack_arrays, unpack_arrays
+from fdp_flower.algorithms.p2p.config import P2PScenario, build_algorithm, build_graph, build_problem
+from fdp_flower.algorithms.p2p.node import NodeState, node_round
+from fdp_flower.wire import pack_arrays, unpack_arrays
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")

@@ -200,7 +200,7 @@ class TabularSplit:
 
 
 def _normalise_rows(x: np.ndarray, scale: float, c1: float) -> tuple[np.ndarray, int]:
-    from fdp_flower.clipping import clip_rows
+    from fdp_flower.core.clipping import clip_rows
 
     return clip_rows(x * scale, c1)
 
@@ -274,7 +274,7 @@ def load_breast_cancer_binary(*, standardize: bool = True, c1: float | None = No
     if intercept:
         x = np.hstack([x, np.ones((len(x), 1))])
     if c1 is not None:
-        from fdp_flower.clipping import clip_rows
+        from fdp_flower.core.clipping import clip_rows
 
         x, _ = clip_rows(x, c1)
     y = np.where(np.asarray(data.target) == 1, 1.0, -1.0)

@@ -6,11 +6,24 @@
 - :mod:`.closed_forms`: each paper's printed privacy figure, to show beside the ledger;
 - :mod:`.guard`: :class:`BudgetGuard`, which refuses a release that would exceed a total budget.
 """
-from fdp_flower.privacy.calibration import (SCHEDULE_SHAPES, calibrate_noise_multiplier, calibrate_schedule,
-                                            composed_gaussian_event, schedule_multipliers)
+from fdp_flower.privacy.calibration import (
+                                            SCHEDULE_SHAPES,
+                                            calibrate_noise_multiplier,
+                                            calibrate_schedule,
+                                            composed_gaussian_event,
+                                            schedule_multipliers,
+)
 from fdp_flower.privacy.guard import BudgetExhausted, BudgetGuard, GuardReport
-from fdp_flower.privacy.ledger import (NEIGHBOURING_FACTORS, GaussianRelease, PrivacyLedger, PrivacySummary,
-                                       pld_epsilon, rdp_epsilon, summarize, zcdp_epsilon)
+from fdp_flower.privacy.ledger import (
+                                            NEIGHBOURING_FACTORS,
+                                            GaussianRelease,
+                                            PrivacyLedger,
+                                            PrivacySummary,
+                                            pld_epsilon,
+                                            rdp_epsilon,
+                                            summarize,
+                                            zcdp_epsilon,
+)
 
 __all__ = [
     "BudgetExhausted", "BudgetGuard", "GaussianRelease", "GuardReport", "NEIGHBOURING_FACTORS", "PrivacyLedger",

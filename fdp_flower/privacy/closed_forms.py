@@ -20,13 +20,13 @@ for :meth:`fdp_flower.privacy.PrivacyLedger.summary` (``closed_form=``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from fdp_flower.mechanisms import zcdp_to_dp
 from fdp_flower.privacy.ledger import GaussianRelease
+from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
-from collections.abc import Sequence
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, _group_multipliers
-from fdp_flower.privacy.ledger import (GaussianRelease, PrivacyLedger, pld_epsilon, rdp_epsilon,
-                                       zcdp_epsilon)
+from fdp_flower.privacy.ledger import GaussianRelease, PrivacyLedger, pld_epsilon, rdp_epsilon, zcdp_epsilon
 
 log = logging.getLogger(__name__)
 

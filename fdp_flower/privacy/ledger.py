@@ -15,15 +15,15 @@ where that is well defined (:data:`NEIGHBOURING_FACTORS`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
-from collections.abc import Callable, Sequence
 
 import dp_accounting
 from dp_accounting import pld, rdp
 
-from fdp_flower.mechanisms import zcdp_to_dp
 from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, composed_gaussian_event
+from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 Neighbouring = Literal["replace_one", "add_remove"]
 NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")

@@ -3,13 +3,10 @@
 The strategy owns every piece of run state (global w, each client's dual and
 last released primal, the privacy ledger); clients are stateless.  Each round it
 sends every client its own (w, g_i, wt_i, l), and on the replies calls the pure
-server update :meth:`fdp_flower.fdp_admm.FDPADMMState.advance`.
+server update :meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.
 """
 from __future__ import annotations
 
-import sys
-import threading
-import time
 import warnings
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
@@ -24,22 +21,32 @@ with warnings.catch_warnings():
     from flwr.serverapp import Grid
     from flwr.serverapp.strategy import Strategy
 
-from fdp_flower.engine.inprocess import RunResult
-from fdp_flower.faults import (MAY_HAVE_RELEASED, NOT_RELEASED, FailureRecord, QuorumLost, advance_with_failures,
-                               charge_on_failure, check_primal, check_quorum)
-from fdp_flower.fdp_admm import FDPADMMState
-from fdp_flower.fpca import FunctionalBasis
+from fdp_flower.algorithms.faults import (
+    MAY_HAVE_RELEASED,
+    NOT_RELEASED,
+    FailureRecord,
+    QuorumLost,
+    advance_with_failures,
+    charge_on_failure,
+    check_primal,
+    check_quorum,
+)
+from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.plan import (
+    NoisePlan,
+    data_source,
+    initial_state,
+    noise_scales,
+    primal_release,
+    privacy_columns,
+)
+from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
+from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.outputs.results import RunResult, summarize, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
-from fdp_flower.results import summarize, write_results
-from fdp_flower.runtime import (NoisePlan, initial_state, noise_scales, primal_release, privacy_columns,
-                                simulation_setup)
-from fdp_flower.scenario import NodeFiles, Scenario
-from fdp_flower.strategies.records import pack_arrays, run_results_dir, unpack_arrays
-
-
-
-class FederationError(RuntimeError):
-    """The federation cannot continue (missing or inconsistent replies)."""
+from fdp_flower.strategies.common import FederationError, run_results_dir, wait_for_nodes
+from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
 class FDPADMMStrategy(Strategy):
@@ -67,7 +74,7 @@ class FDPADMMStrategy(Strategy):
     rejected by the checks (malformed, non-finite, norm above ``max_primal_norm``,
     wrong sensitivity or sigma, wrong partition) makes that client "failed" for the
     round: it keeps its last released primal and its dual
-    (:func:`fdp_flower.faults.advance_with_failures`), the failure is logged and
+    (:func:`fdp_flower.algorithms.faults.advance_with_failures`), the failure is logged and
     recorded in ``failures``, and no exception leaves :meth:`aggregate_train` unless
     fewer than ``quorum`` clients replied (then :class:`FederationError`, which the
     runner turns into a clean stop with results saved).
@@ -100,7 +107,7 @@ class FDPADMMStrategy(Strategy):
         self.round_offset = 0
 
     def resume_from(self, checkpoint) -> int:
-        """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.checkpoint.Checkpoint`): state,
+        """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,
         ledger, history and failures are restored and Flower's rounds 1, 2, ... become rounds
         ``checkpoint.round + 1``, ..., so every release draws the noise and step of an uninterrupted run.
         Simulated clients are then always named in the messages (the server cannot learn a node's
@@ -360,45 +367,6 @@ class FDPADMMStrategy(Strategy):
         return None
 
 
-def wait_for_nodes(grid: Grid, count: int, *, timeout: float = 120.0, settle: float | None = None) -> int:
-    """Wait until ``count`` nodes are connected; with ``settle``, accept fewer (but >= 1) after that long.
-
-    Returns the number of connected nodes.
-    """
-    start = time.monotonic()
-    while True:
-        connected = len(list(grid.get_node_ids()))
-        waited = time.monotonic() - start
-        if connected >= count or (settle is not None and connected >= 1 and waited >= settle):
-            return connected
-        if waited > timeout:
-            raise FederationError(f"only {connected} of {count} nodes connected after {timeout:.0f}s")
-        time.sleep(0.2)
-
-
-def wait_for_simulation_backend(timeout: float = 300.0) -> None:
-    """In Flower's simulation runtime, wait until Ray has started before doing heavy work.
-
-    There the ServerApp runs in a thread while the main thread is still importing Ray
-    and forking its processes; heavy numpy/SciPy work in this thread during those forks
-    has been seen to deadlock the fork (the run then dies with "No heartbeat received").
-    A ServerApp on the main thread (deployment, direct calls) returns at once; after
-    ``timeout`` seconds the run goes on with a warning.
-    """
-    if threading.current_thread() is threading.main_thread():
-        return
-    if "flwr.simulation" not in sys.modules and "ray" not in sys.modules:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ray = sys.modules.get("ray")  # None until imported; no is_initialized while importing
-        is_initialized = getattr(ray, "is_initialized", None) if ray is not None else None
-        if is_initialized is not None and is_initialized():
-            return
-        time.sleep(0.2)
-    log(WARNING, "Ray did not report itself initialized within %.0fs; going on", timeout)
-
-
 def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) -> None:
     """Run a whole FDP-ADMM federation on ``grid`` and write its results.
 
@@ -408,15 +376,13 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     the history holds only statistics of released values.
 
     Run config ``resume``: a checkpoint file or results directory of the same scenario
-    (:func:`fdp_flower.checkpoint.check_resumable`); the run continues after its round, from
+    (:func:`fdp_flower.outputs.checkpoint.check_resumable`); the run continues after its round, from
     its state, ledger and history.  With node-local data the setup phase runs again and its
     releases are charged again (an over-count, never an under-count).
     """
     resume = None
     if str(context.run_config.get("resume", "") or ""):
-        from fdp_flower.checkpoint import check_resumable, read_checkpoint
-
-        from fdp_flower.checkpoint import CheckpointError
+        from fdp_flower.outputs.checkpoint import CheckpointError, check_resumable, read_checkpoint
 
         path = Path(str(context.run_config["resume"]))
         if not path.is_absolute() and not path.exists():
@@ -425,7 +391,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         resume = read_checkpoint(path)
         check_resumable(resume, scenario)
     setup = None
-    if isinstance(scenario.data, NodeFiles):
+    if data_source(scenario).node_local:
         from fdp_flower.strategies.node_phase import ReleasedStatistics, node_setup
 
         wait_for_nodes(grid, scenario.federation.num_clients)
@@ -438,7 +404,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     def checkpoint(strat: FDPADMMStrategy) -> None:
         every = scenario.output.checkpoint_every
         if every and strat.state.round % every == 0:
-            from fdp_flower.checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
+            from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
 
             write_checkpoint(out_dir / CHECKPOINT_NAME, Checkpoint(
                 scenario, strat.state, strat.ledger, strat.history, strat.failures, engine="flower"))

@@ -2,7 +2,7 @@
 
 The server keeps x, y, u (and for DP-AccADMM xh, uh, theta); each round it sends
 every client the point xh_{t-1}, receives the clients' noisy gradients, and on the
-replies calls the pure functions of :mod:`fdp_flower.gradient_admm`:
+replies calls the pure functions of :mod:`fdp_flower.algorithms.gradient_admm.update`:
 ``aggregate_gradients`` (grad = sum_i (m_i/n) grad_i) and ``server_step`` (y-update
 by soft-thresholding, linearized x-update, dual update, Nesterov extrapolation).
 """
@@ -22,7 +22,7 @@ with warnings.catch_warnings():
     from flwr.serverapp import Grid
     from flwr.serverapp.strategy import Strategy
 
-from fdp_flower.gradient_admm import (
+from fdp_flower.algorithms.gradient_admm.update import (
     GradientADMMState,
     aggregate_gradients,
     check_gamma,
@@ -34,7 +34,8 @@ from fdp_flower.gradient_admm import (
     theorem1_sigma,
 )
 from fdp_flower.privacy import PrivacyLedger
-from fdp_flower.strategies.records import pack_arrays, reply_sender, run_results_dir, unpack_arrays
+from fdp_flower.strategies.common import reply_sender, run_results_dir
+from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
 class GradientFederationError(RuntimeError):
@@ -193,8 +194,8 @@ class GradientADMMStrategy(Strategy):
 
 
 def strategy_from_scenario(scenario, problem, *, evaluate_state=None) -> GradientADMMStrategy:
-    """Build the strategy of a :class:`~fdp_flower.gradient_admm_config.GradientADMMScenario`."""
-    from fdp_flower.engine.gradient_admm import scenario_privacy
+    """Build the strategy of a :class:`~fdp_flower.algorithms.gradient_admm.config.GradientADMMScenario`."""
+    from fdp_flower.engines.gradient_admm import scenario_privacy
 
     alg = scenario.algorithm
     return GradientADMMStrategy(matrix=problem.matrix, lam=problem.lam, rho=alg.rho, eta=alg.eta,
@@ -210,9 +211,9 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
     Server-side evaluation (objective, gap to the reference, test accuracy) uses the pooled
     simulation data, as in the in-process engine; its history is ``strategy.history``.
     """
-    from fdp_flower.engine.gradient_admm import build_problem
-    from fdp_flower.gradient_admm import accuracy, generalized_lasso_objective
-    from fdp_flower.gradient_admm_reference import solve_generalized_lasso
+    from fdp_flower.algorithms.gradient_admm.reference import solve_generalized_lasso
+    from fdp_flower.algorithms.gradient_admm.update import accuracy, generalized_lasso_objective
+    from fdp_flower.engines.gradient_admm import build_problem
 
     problem = build_problem(scenario)
     pooled_a, pooled_y = problem.pooled()
@@ -230,7 +231,7 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
     strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
                    num_rounds=scenario.algorithm.rounds)
     if strategy.privacy is not None:
-        from fdp_flower.gradient_admm import privacy_report
+        from fdp_flower.algorithms.gradient_admm.update import privacy_report
 
         for r in privacy_report(strategy.ledger, delta=strategy.privacy.delta, alpha=strategy.privacy.alpha):
             log(INFO, "privacy (%s, worst client %d, %d releases): eps = %.4g by Theorem 1's route, "
@@ -243,8 +244,8 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     """ServerApp runner (dispatch hook for dp_admm / dp_acc_admm): run, then write the results."""
     import json
 
-    from fdp_flower.results import write_csv
-    from fdp_flower.scenario import scenario_to_yaml
+    from fdp_flower.config.base import scenario_to_yaml
+    from fdp_flower.outputs.results import write_csv
 
     strategy = run_gradient_admm_federation(grid, scenario)
     out = run_results_dir(context.run_config, context.run_id, scenario.name)
@@ -256,7 +257,7 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     summary = {"name": scenario.name, "engine": "flower", "rounds_completed": len(strategy.history),
                "final": strategy.history[-1] if strategy.history else {}}
     if strategy.privacy is not None:
-        from fdp_flower.gradient_admm import privacy_report
+        from fdp_flower.algorithms.gradient_admm.update import privacy_report
 
         summary["privacy"] = [r.__dict__ for r in privacy_report(strategy.ledger, delta=strategy.privacy.delta,
                                                                  alpha=strategy.privacy.alpha)]

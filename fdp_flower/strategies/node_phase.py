@@ -6,7 +6,7 @@ fingerprint (a grid mismatch between nodes stops the run here, naming the
 nodes), and -- for the ``federated_dp`` basis -- each client's noisy covariance
 summary, from which it builds and then broadcasts (with every train message) the
 basis.  Those releases are charged to each client's ledger (round 0).  The pure
-math lives in :mod:`fdp_flower.federated_fpca`.
+math lives in :mod:`fdp_flower.functional.federated_fpca`.
 """
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from logging import ERROR, INFO
 
 import numpy as np
 
-from fdp_flower import federated_fpca
-from fdp_flower.clients.node_phase import SETUP_PHASE
-from fdp_flower.data_files import grid_digest
-from fdp_flower.fdp_admm import FDPADMMState
-from fdp_flower.fpca import FunctionalBasis
+from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.plan import build_basis, data_source, grid_of
+from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
+from fdp_flower.functional import federated_fpca
+from fdp_flower.functional.bases import basis_kind
+from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.functional.node_files import grid_digest
 from fdp_flower.privacy import GaussianRelease
-from fdp_flower.runtime import build_basis, grid_of
-from fdp_flower.scenario import FederatedDPBasis, NodeFiles, Scenario
-from fdp_flower.strategies.records import unpack_arrays
+from fdp_flower.wire import SETUP_PHASE, unpack_arrays
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
@@ -108,7 +108,7 @@ def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None
 
 def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) -> NodeSetup:
     """Run the setup phase (see module docstring) on ``grid``; raises :class:`SetupError`."""
-    if not isinstance(scenario.data, NodeFiles):
+    if not data_source(scenario).node_local:
         raise ValueError("node_setup is for node-local data (data kind 'node_files')")
     num = scenario.federation.num_clients
     node_ids = sorted(grid.get_node_ids())
@@ -118,7 +118,7 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     messages = [Message(content=RecordDict({"config": ConfigRecord({"phase": SETUP_PHASE})}),
                         dst_node_id=node, message_type=MessageType.QUERY) for node in node_ids]
     log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, grid%s)", num,
-        ", covariance summaries" if isinstance(scenario.basis, FederatedDPBasis) else "")
+        ", covariance summaries" if basis_kind(scenario.basis).federated_phase else "")
     try:
         replies = [unpack_setup_reply(r) for r in grid.send_and_receive(messages, timeout=timeout)]
         by_client = check_setup_replies(scenario, replies)
@@ -128,7 +128,7 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     sizes = np.array([int(by_client[c][1]["num-examples"]) for c in range(num)])
     node_of_client = {c: int(by_client[c][0]) for c in range(num)}
     b = scenario.basis
-    if not isinstance(b, FederatedDPBasis):
+    if not basis_kind(b).federated_phase:
         return NodeSetup(build_basis(scenario), sizes, node_of_client)
     seconds, means, releases, clipped = [], [], [], {}
     pre = federated_fpca.scenario_pre_basis(scenario, grid_of(scenario))

@@ -6,7 +6,7 @@ each round, sends every node exactly one message holding its own state and its
 neighbours' releases xt_j, j in N_i, of the previous round -- nothing else.  On
 the replies it stores the new states, checks each release's calibration and
 records it in the privacy ledger.  It never averages: the update rules run on
-the nodes (:func:`fdp_flower.p2p.node.node_round`), so with the same seed the
+the nodes (:func:`fdp_flower.algorithms.p2p.node.node_round`), so with the same seed the
 relay reproduces the in-process engine's iterates exactly.
 """
 from __future__ import annotations
@@ -25,10 +25,11 @@ with warnings.catch_warnings():
     from flwr.serverapp import Grid
     from flwr.serverapp.strategy import Strategy
 
-from fdp_flower.p2p.node import NodeState, P2PAlgorithm
+from fdp_flower.algorithms.p2p.node import NodeState, P2PAlgorithm
+from fdp_flower.algorithms.p2p.topology import Graph
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.records import pack_arrays, reply_sender, run_results_dir, unpack_arrays
-from fdp_flower.topology import Graph
+from fdp_flower.strategies.common import reply_sender, run_results_dir
+from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
 class RelayError(RuntimeError):
@@ -143,11 +144,11 @@ class P2PRelayStrategy(Strategy):
 
 
 def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrategy:
-    """Run a peer-to-peer scenario (``fdp_flower.p2p.config.P2PScenario`` or a scenario with the same
+    """Run a peer-to-peer scenario (``fdp_flower.algorithms.p2p.config.P2PScenario`` or a scenario with the same
     ``seed``/``topology``/``data``/``algorithm``/``privacy`` fields) on ``grid``; returns the strategy."""
+    from fdp_flower.algorithms.p2p.config import build_problem
     from fdp_flower.clients.p2p import p2p_setup
-    from fdp_flower.engine.p2p import evaluate as evaluate_nodes
-    from fdp_flower.p2p.config import build_problem
+    from fdp_flower.engines.p2p import evaluate as evaluate_nodes
 
     graph, problem, algorithm = p2p_setup(scenario)
     evaluator = None
@@ -158,7 +159,7 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
             return {f"released_{k}": float(v) for k, v in evaluate_nodes(full, released).items()}
 
     strategy = P2PRelayStrategy(graph, algorithm, problem.dim, evaluate=evaluator)
-    from fdp_flower.strategies.fdp_admm import wait_for_nodes, wait_for_simulation_backend
+    from fdp_flower.strategies.common import wait_for_nodes, wait_for_simulation_backend
 
     wait_for_simulation_backend()
     connected = wait_for_nodes(grid, graph.num_nodes, settle=2.0)

@@ -1,0 +1,185 @@
+"""FDP-ADMM from a scenario: objective, data, features, step sizes, sensitivities and noise.
+
+The in-process engines, the Flower strategy and the Flower client worker all build their
+losses, data, step sizes and noise from these functions, so that the engines cannot disagree
+on an update rule or a calibration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective, primal_sensitivity, tail_start_round
+from fdp_flower.config.sections import ConstantStep, InvSqrtStep, InvStep, Theorem2Step
+from fdp_flower.core.clipping import clip_rows, clip_rows_ellipsoid
+from fdp_flower.core.losses import make_loss
+from fdp_flower.core.penalties import Penalty
+from fdp_flower.core.schedules import StepSchedule, theorem2_base
+from fdp_flower.functional import bases, sources
+from fdp_flower.functional.design import CurveData
+from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.privacy import GaussianRelease
+from fdp_flower.privacy.calibration import calibrate_noise_multiplier, schedule_multipliers
+from fdp_flower.privacy.mechanisms import classic_gaussian_sigma
+
+
+def build_objective(scenario: Scenario) -> Objective:
+    lc, pc = scenario.model.loss, scenario.model.penalty
+    loss = make_loss(lc.kind, tau=lc.tau, residual_bound=lc.residual_bound)
+    penalty = Penalty(pc.kind, lam1=pc.lam1, lam2=pc.lam2)
+    return Objective(loss=loss, penalty=penalty, lam=pc.lam, num_clients=scenario.federation.num_clients)
+
+
+def data_source(scenario: Scenario):
+    """The scenario's data source (:mod:`fdp_flower.functional.sources`): grid, m_i, loading."""
+    return sources.data_source(scenario.data, seed=scenario.seed, num_clients=scenario.federation.num_clients,
+                               tau=scenario.model.loss.tau)
+
+
+def grid_of(scenario: Scenario) -> np.ndarray:
+    return data_source(scenario).grid()
+
+
+def partition_sizes(scenario: Scenario) -> np.ndarray:
+    """m_i of every client (public: the sensitivities use them)."""
+    return data_source(scenario).partition_sizes()
+
+
+def load_partition(scenario: Scenario, partition: int, path: str | None = None) -> CurveData:
+    """Client ``partition``'s curves and responses (node-local data: from ``path``, else ``data.paths``)."""
+    return data_source(scenario).load(partition, path)
+
+
+def build_basis(scenario: Scenario, all_curves: np.ndarray | None = None) -> FunctionalBasis:
+    """The basis of the run (:mod:`fdp_flower.functional.bases`).  ``pooled`` needs every curve
+    (simulation only); ``federated_dp`` is built by its own phase."""
+    return bases.build_basis(scenario.basis, grid_of(scenario), all_curves)
+
+
+def noise_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | None:
+    """The public per-coordinate scales s of the clip and the noise: None for the sphere clip
+    (isotropic noise); c1 sqrt(lambda_k) for the ellipsoid clip (``model.clip_shape``)."""
+    if scenario.model.clip_shape == "sphere":
+        return None
+    lam = basis.eigenvalues
+    if lam is None or lam.shape != (basis.n_components,) or not np.all(lam > 0):
+        raise ValueError("model.clip_shape 'ellipsoid' needs the basis's score variances, all > 0 "
+                         f"(basis kind {basis.kind!r} has {'none' if lam is None else np.round(lam, 6).tolist()})")
+    return scenario.model.clip_c1 * np.sqrt(lam)
+
+
+def client_features(scenario: Scenario, basis: FunctionalBasis, data: CurveData) -> tuple[np.ndarray, int]:
+    """Scores of the client's curves, rows clipped to the sphere ||a|| <= c1 or to the ellipsoid
+    ||a / s|| <= 1 of :func:`noise_scales` (returns features, rows clipped)."""
+    scales = noise_scales(scenario, basis)
+    if scales is None:
+        return clip_rows(basis.scores(data.curves), scenario.model.clip_c1)
+    return clip_rows_ellipsoid(basis.scores(data.curves), scales)
+
+
+FDP_ADMM_MECHANISM = "fdp_admm_primal"
+
+
+def primal_release(client: int, round_: int, sensitivity: float, sigma: float) -> GaussianRelease:
+    """The ledger event of one FDP-ADMM primal release (replace-one; every engine records this)."""
+    return GaussianRelease(int(client), int(round_), float(sensitivity), float(sigma), mechanism=FDP_ADMM_MECHANISM)
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """Step sizes, sensitivities and noise of FDP-ADMM, from public quantities only.
+
+    noise multiplier z = sigma / Delta: per_round mode, the classic rule
+    sqrt(2 ln(1.25/delta)) / eps (paper 000, Theorem 1); total mode, the shape of
+    ``privacy.schedule`` scaled so that the L releases of each client compose to
+    (eps, delta) (:func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`).
+    """
+
+    scenario: Scenario
+    dim: int
+
+    @property
+    def private(self) -> bool:
+        return self.scenario.privacy.enabled
+
+    @cached_property
+    def noise_multipliers(self) -> np.ndarray | None:
+        """z_l for rounds l = 1..L (None if not private)."""
+        p = self.scenario.privacy
+        if not p.enabled:
+            return None
+        rounds = self.scenario.algorithm.rounds
+        if p.mode == "per_round":
+            return np.full(rounds, float(classic_gaussian_sigma(1.0, p.eps, p.delta)))
+        rel = schedule_multipliers(p.schedule.kind, rounds, **p.schedule.model_dump(exclude={"kind"}))
+        return calibrate_noise_multiplier(p.eps, p.delta, rel) * rel
+
+    @cached_property
+    def noise_multiplier(self) -> float | None:
+        """The constant z of the run; for a non-constant schedule, the constant z with the
+        same total zCDP, (L / sum_l z_l^-2)^(1/2) (used by the Theorem 2 step size)."""
+        z = self.noise_multipliers
+        if z is None:
+            return None
+        if np.all(z == z[0]):
+            return float(z[0])
+        return float(np.sqrt(len(z) / np.sum(z**-2.0)))
+
+    @property
+    def gradient_bound(self) -> float:
+        """G of the loss on clipped rows; for the ellipsoid clip, in the units of the noise scales
+        (rows with ||a / s|| <= 1: the G of c1 = 1), so sensitivities and sigmas are Mahalanobis."""
+        objective = build_objective(self.scenario)
+        c1 = self.scenario.model.clip_c1 if self.scenario.model.clip_shape == "sphere" else 1.0
+        return objective.loss.gradient_bound(c1, paper_constants=self.scenario.privacy.paper_constants)
+
+    def step_size(self, round_: int, m) -> np.ndarray:
+        """eta_i^l for clients of sizes ``m`` (array or scalar)."""
+        s = self.scenario.algorithm.step
+        m = np.asarray(m, dtype=float)
+        if isinstance(s, Theorem2Step):
+            sc = self.scenario
+            objective = build_objective(sc)
+            c1 = sc.model.clip_c1
+            base = theorem2_base(
+                c_w=s.c_w, c1=c1, c2=objective.penalty.subgradient_bound(self.dim, s.c_w),
+                lam=objective.lam, num_clients=sc.federation.num_clients, dim=self.dim, m=m,
+                noise_multiplier=self.noise_multiplier)
+            return StepSchedule("theorem2", scale=s.scale)(round_, theorem2_base=base) * np.ones_like(m)
+        kind = {ConstantStep: "constant", InvSqrtStep: "inv_sqrt", InvStep: "inv"}[type(s)]
+        return StepSchedule(kind, eta0=s.eta0)(round_) * np.ones_like(m)
+
+    def release(self, round_: int, m) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(eta, sensitivity, sigma) of round ``round_`` for clients of sizes ``m``; sigma None if not private."""
+        eta = self.step_size(round_, m)
+        sensitivity = primal_sensitivity(gradient_bound=self.gradient_bound, m=m,
+                                         rho=self.scenario.algorithm.rho, eta=eta)
+        z = self.noise_multipliers
+        if z is not None and not 1 <= round_ <= len(z):
+            raise ValueError(f"round {round_} is outside 1..{len(z)}: the noise was calibrated for {len(z)} rounds")
+        sigma = None if z is None else z[round_ - 1] * sensitivity
+        return eta, sensitivity, sigma
+
+
+def tail_start(scenario: Scenario) -> int:
+    """First round summed by the released estimator's tail average (1 unless ``tail_average``)."""
+    a = scenario.algorithm
+    if a.estimator.kind != "tail_average":
+        return 1
+    return tail_start_round(a.rounds, a.estimator.tail_fraction)
+
+
+def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
+    """w^0 = 0, g^0 = 0, wt^0 = 0, with the tail-average start of ``algorithm.estimator``."""
+    return FDPADMMState.initial(scenario.federation.num_clients, dim, tail_start=tail_start(scenario))
+
+
+def privacy_columns(ledger, delta: float) -> dict[str, float]:
+    """Cheap per-round privacy figures of the worst-off client (zCDP and RDP; PLD at the end)."""
+    summary = ledger.worst_case(delta, with_pld=False)
+    if summary is None:
+        return {"zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
+    return {"zcdp_rho": summary.zcdp_rho, "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}

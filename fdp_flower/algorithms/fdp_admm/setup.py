@@ -1,0 +1,91 @@
+"""FDP-ADMM simulation setup: every client's data, the basis, the features and the evaluator."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.plan import build_objective, client_features, data_source, grid_of, partition_sizes
+from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution, pooled_objective, solve_reference
+from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective
+from fdp_flower.functional import bases, design
+from fdp_flower.functional.fpca import FunctionalBasis
+
+
+@dataclass
+class Evaluator:
+    """Server-side metrics of a simulation, where the evaluator may see every client's data.
+
+    Not available in a real deployment (no one holds the pooled data); there the
+    history carries only what the server can compute from released values.
+    """
+
+    scenario: Scenario
+    basis: FunctionalBasis
+    features: list[np.ndarray]
+    responses: list[np.ndarray]
+    reference: ReferenceSolution | None
+
+    @cached_property
+    def objective(self) -> Objective:
+        return build_objective(self.scenario)
+
+    @cached_property
+    def beta(self) -> np.ndarray | None:
+        return data_source(self.scenario).true_beta(self.basis.grid)
+
+    def total_objective(self, w: np.ndarray) -> float:
+        ob = self.objective
+        return pooled_objective(w, self.features, self.responses, ob.loss, ob.penalty, ob.lam)
+
+    def mise(self, w: np.ndarray) -> float:
+        if self.beta is None:
+            return float("nan")
+        return float(design.mise(self.basis.function(w), self.beta, self.basis.grid))
+
+    def __call__(self, state: FDPADMMState) -> dict[str, float]:
+        ob = self.objective
+        loss_at_primals = np.mean([float(ob.loss.mean(state.noisy_primals[i], a, y))
+                                   for i, (a, y) in enumerate(zip(self.features, self.responses))])
+        wbar_i, wbar = state.average_noisy_primals, state.average_global_w
+        augmented = sum(float(ob.local_value(wbar_i[i], a, y)) + self.scenario.algorithm.rho
+                        * float(np.linalg.norm(wbar_i[i] - wbar))
+                        for i, (a, y) in enumerate(zip(self.features, self.responses)))
+        obj = self.total_objective(state.global_w)
+        estimate = state.estimate(self.scenario.algorithm.estimator.kind)
+        out = {"mise": self.mise(state.global_w), "mise_avg": self.mise(wbar),
+               "mise_estimate": self.mise(estimate),
+               "empirical_loss": float(loss_at_primals), "objective": obj,
+               "augmented_objective": augmented}
+        if self.reference is not None:
+            ref = self.reference.objective
+            out["objective_gap"] = (obj - ref) / abs(ref)
+        return out
+
+
+def simulation_setup(scenario: Scenario, *, with_reference: bool = True):
+    """Everything a simulated run needs: per-client data, basis, features, evaluator."""
+    sizes = partition_sizes(scenario)
+    source = data_source(scenario)
+    parts = [source.load(i) for i in range(len(sizes))]
+    kind = bases.basis_kind(scenario.basis)
+    if kind.federated_phase:
+        from fdp_flower.functional.federated_fpca import scenario_basis_in_process
+
+        basis, _releases = scenario_basis_in_process(scenario, [p.curves for p in parts], grid_of(scenario))
+    else:
+        pooled = np.vstack([p.curves for p in parts]) if kind.needs_pooled_curves else None
+        basis = bases.build_basis(scenario.basis, grid_of(scenario), pooled)
+    feats, clipped = zip(*(client_features(scenario, basis, p) for p in parts))
+    responses = [p.response for p in parts]
+    reference = None
+    if with_reference and scenario.model.penalty.kind in ("l1", "none", "l2", "elastic_net") \
+            and scenario.model.loss.kind in ("quantile", "absolute"):
+        ob = build_objective(scenario)
+        reference = solve_reference(list(feats), responses, ob.loss, ob.penalty, ob.lam)
+    evaluator = Evaluator(scenario, basis, list(feats), responses, reference)
+    return sizes, basis, list(feats), responses, list(clipped), evaluator
+
+

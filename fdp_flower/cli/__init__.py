@@ -1,0 +1,160 @@
+"""The ``fdp-flower`` command line.  Subcommands register themselves here."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from fdp_flower.config.base import ScenarioError
+
+
+def _run_other_family(args: argparse.Namespace) -> int | None:
+    """`fdp-flower run` for peer-to-peer and gradient-ADMM scenarios (in process); None for FDP-ADMM."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+    import yaml
+
+    from fdp_flower.algorithms.registry import family_of
+    from fdp_flower.config.base import scenario_to_yaml
+    from fdp_flower.outputs.results import write_csv
+
+    if not args.scenario or args.resume:
+        return None
+    try:
+        kind = ((yaml.safe_load(Path(args.scenario).read_text()) or {}).get("algorithm") or {}).get("kind", "fdp_admm")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None  # the FDP-ADMM loader reports the problem in one line
+    for override in args.set:
+        if override.startswith("algorithm.kind="):
+            kind = override.split("=", 1)[1].strip()
+    family = family_of(str(kind))
+    if family == "fdp_admm":
+        return None
+    from fdp_flower.algorithms.registry import load_any_scenario
+
+    scenario = load_any_scenario(args.scenario, args.set)
+    out = Path(args.out or f"{scenario.output.dir}/{scenario.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+    if family == "p2p":
+        from fdp_flower.engines.p2p import run_scenario, summarize
+
+        result = run_scenario(scenario)
+        rounds = len(next(iter(result.metrics.values())))
+        write_csv(out / "history.csv", [{k: float(v[r]) for k, v in result.metrics.items()} for r in range(rounds)])
+        np.savez(out / "iterates.npz", released=result.released, duals=result.duals)
+        summary = summarize(result, scenario.privacy.delta)
+    else:
+        from fdp_flower.engines.gradient_admm import run_scenario
+
+        result, _problem, reference = run_scenario(scenario)
+        write_csv(out / "history.csv", result.history)
+        np.savez(out / "final.npz", x=result.state.x)
+        summary = {"final": result.history[-1] if result.history else {}, "reference_objective": reference}
+    write_csv(out / "ledger.csv", result.ledger.to_rows())
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in summary["final"].items()
+                                if isinstance(v, (int, float)) and k != "round"))
+    worst = result.ledger.worst_case(getattr(scenario.privacy, "delta", 1e-5), with_pld=False)
+    if worst is not None:
+        print(f"privacy spent per client/node (worst, {worst.releases} releases): eps = {worst.eps_rdp:.4f} (RDP) "
+              f"at delta = {worst.delta:g}")
+    print(f"results: {out}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    other = _run_other_family(args)
+    if other is not None:
+        return other
+    from fdp_flower.algorithms.fdp_admm.config import load_scenario, parse_scenario
+    from fdp_flower.config.base import apply_overrides
+    from fdp_flower.engines.inprocess import run_fdp_admm
+    from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, read_checkpoint, resolve_checkpoint_path
+    from fdp_flower.outputs.results import summarize, write_results
+
+    resume = None
+    if args.resume:
+        resume = read_checkpoint(args.resume)
+        if args.scenario:
+            scenario = load_scenario(args.scenario, args.set)
+        else:  # the checkpoint's own scenario (overrides may change only output settings)
+            scenario = parse_scenario(apply_overrides(resume.scenario.model_dump(mode="json"), args.set),
+                                      "checkpoint scenario")
+        out_dir = args.out or str(resolve_checkpoint_path(args.resume).parent)
+        print(f"resuming from {resolve_checkpoint_path(args.resume)} after round {resume.round}", flush=True)
+    elif args.scenario:
+        scenario = load_scenario(args.scenario, args.set)
+        out_dir = args.out or f"{scenario.output.dir}/{scenario.name}"
+    else:
+        raise ScenarioError("fdp-flower run: give a scenario file or --resume <checkpoint or results dir>")
+    rounds = scenario.algorithm.rounds
+
+    def progress(round_: int, row: dict) -> None:
+        if round_ % max(1, rounds // 20) == 0 or round_ == rounds:
+            shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("mise", "objective_gap", "eps_rdp") if k in row)
+            print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
+
+    result = run_fdp_admm(scenario, progress=progress, resume=resume,
+                          checkpoint_path=f"{out_dir}/{CHECKPOINT_NAME}")
+    out = write_results(result, out_dir)
+    summary = summarize(result)
+    if result.stop_reason != "completed":
+        print(f"run {result.stop_reason}")
+    if result.failures:
+        print(f"client failures: {len(result.failures)} (see failures.csv)")
+    # the released model's MISE (algorithm.estimator); None when the true beta is unknown (node files, real data)
+    mise = summary["final"].get("mise_estimate", summary["final"].get("mise"))
+    print(f"final MISE ({scenario.algorithm.estimator.kind}) = {mise:.5f}" if mise is not None else
+          f"final objective = {summary['final'].get('objective', float('nan')):.5g} (no true beta: no MISE)")
+    if summary["privacy"].get("private"):
+        print(f"privacy spent per client: eps = {summary['privacy']['eps']:.4f} at delta = "
+              f"{summary['privacy']['delta']:g} (worst client, PLD accounting)")
+    print(f"results: {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fdp-flower", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a scenario (in process, or on Flower with --engine flower)")
+    run.add_argument("scenario", nargs="?", help="scenario YAML file (optional with --resume)")
+    run.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file or a results "
+                                                            "directory holding checkpoint.npz")
+    run.add_argument("--set", action="append", default=[], metavar="A.B=VALUE", help="override a field")
+    run.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
+    run.set_defaults(func=_cmd_run)
+    for register in _registered():
+        register(sub)
+    return parser
+
+
+def _registered():
+    """Subcommands contributed by other modules (privacy calculator, sweeps, ...)."""
+    hooks = []
+    for module in ("fdp_flower.cli.privacy", "fdp_flower.cli.sweep", "fdp_flower.cli.partition"):
+        try:
+            hooks.append(__import__(module, fromlist=["register"]).register)
+        except ImportError:
+            continue
+    return hooks
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""``fdp-flower privacy``: what a scenario spends, per client, without training.
+
+The releases of every client are computed from public quantities only
+(:class:`fdp_flower.algorithms.fdp_admm.plan.NoisePlan` and :func:`fdp_flower.algorithms.fdp_admm.plan.partition_sizes`),
+composed in a :class:`~fdp_flower.privacy.PrivacyLedger`, printed as a table and
+plotted as eps against rounds.
+
+Examples::
+
+    fdp-flower privacy scenarios/flwr_default.yaml --set privacy.eps=0.3 --out eps.png
+    fdp-flower privacy --clients 20 --rounds 50 --mode total --eps 1 --schedule geometric --ratio 1.05
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fdp_flower.algorithms.fdp_admm.config import load_scenario, parse_scenario
+from fdp_flower.config.base import ScenarioError, apply_overrides
+from fdp_flower.privacy import PrivacyLedger
+from fdp_flower.privacy.closed_forms import fdp_admm_closed_form
+
+#: plain parameter -> scenario field it overrides
+_PLAIN = {
+    "clients": "federation.num_clients",
+    "samples": "data.n_samples",
+    "rounds": "algorithm.rounds",
+    "components": "basis.n_components",
+    "mode": "privacy.mode",
+    "eps": "privacy.eps",
+    "delta": "privacy.delta",
+    "schedule": "privacy.schedule.kind",
+    "ratio": "privacy.schedule.ratio",
+    "decay": "privacy.schedule.decay",
+    "period": "privacy.schedule.period",
+    "rate": "privacy.schedule.rate",
+}
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``privacy`` subcommand to an argparse ``subparsers`` object."""
+    p = subparsers.add_parser(
+        "privacy", help="per-client privacy ledger of a scenario, without training",
+        description="Compute every client's releases from the scenario's public quantities, print the "
+                    "per-client ledger summary (zCDP, RDP, PLD, the paper's closed form) and plot eps "
+                    "against rounds.  No data is loaded and nothing is trained.")
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in defaults)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=value",
+                   help="override a scenario field (repeatable)")
+    g = p.add_argument_group("plain parameters (override the scenario)")
+    g.add_argument("--clients", type=int, help="M")
+    g.add_argument("--samples", type=int, help="n, split evenly over the clients")
+    g.add_argument("--rounds", type=int, help="L")
+    g.add_argument("--components", type=int, help="K, the basis size")
+    g.add_argument("--mode", choices=["per_round", "total"])
+    g.add_argument("--eps", type=float, help="eps per round (per_round) or total (total)")
+    g.add_argument("--delta", type=float)
+    g.add_argument("--schedule", choices=["constant", "geometric", "periodic", "iteration"])
+    g.add_argument("--ratio", type=float, help="geometric: rho_{l+1} / rho_l")
+    g.add_argument("--decay", type=float, help="periodic: R_P")
+    g.add_argument("--period", type=int, help="periodic: K_p")
+    g.add_argument("--rate", type=float, help="iteration: R_T")
+    p.add_argument("--out", default="privacy_eps.png", help="PNG of eps against rounds (default: %(default)s)")
+    p.add_argument("--no-pld", action="store_true", help="skip the PLD accountant (faster)")
+    p.add_argument("--points", type=int, default=40, help="rounds at which the PLD curve is computed "
+                                                              "(default: %(default)s)")
+
+
+def scenario_from_args(args: argparse.Namespace):
+    overrides = list(args.overrides)
+    for name, field in _PLAIN.items():
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides.append(f"{field}={value}")
+    if args.scenario:
+        return load_scenario(args.scenario, overrides)
+    return parse_scenario(apply_overrides({}, overrides), "<parameters>")
+
+
+def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
+    """The ledger a run of ``scenario`` would record (every client, every round) and the sizes m_i."""
+    from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, partition_sizes, primal_release
+
+    if scenario.algorithm.kind != "fdp_admm":
+        raise ScenarioError(f"the calculator computes FDP-ADMM's releases; algorithm {scenario.algorithm.kind!r} "
+                            "records its own ledger (see docs/privacy.md)")
+    dim = getattr(scenario.basis, "n_components", None)
+    if dim is None:
+        raise ScenarioError("the basis size K is chosen from data (explained_variance); "
+                            "give basis.n_components to compute the releases without data")
+    sizes = partition_sizes(scenario)
+    plan = NoisePlan(scenario, int(dim))
+    ledger = PrivacyLedger()
+    if not plan.private:
+        return ledger, sizes
+    for round_ in range(1, scenario.algorithm.rounds + 1):
+        _, sensitivity, sigma = plan.release(round_, sizes)
+        ledger.record_many(primal_release(i, round_, sensitivity[i], sigma[i]) for i in range(len(sizes)))
+    return ledger, sizes
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def format_table(summaries, sizes, add_remove=None) -> str:
+    head = ["client", "m_i", "releases", "rho", "eps_zcdp", "eps_rdp", "eps_pld", "paper"]
+    if add_remove is not None:
+        head.append("eps_pld(add/rm)")
+    rows = [head]
+    for k, s in enumerate(summaries):
+        row = [str(s.client), str(int(sizes[s.client])), str(s.releases), _fmt(s.zcdp_rho), _fmt(s.eps_zcdp),
+               _fmt(s.eps_rdp), _fmt(s.eps_pld), _fmt(s.closed_form_eps)]
+        if add_remove is not None:
+            a = add_remove[k]
+            row.append(_fmt(a.eps_pld if a.eps_pld is not None else a.eps_rdp))
+        rows.append(row)
+    widths = [max(len(r[j]) for r in rows) for j in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def plot_curve(path: Path, full, pld_points, *, title: str, target: float | None,
+               per_round: float | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    rounds = [s.round for s in full]
+    ax.plot(rounds, [s.eps_zcdp for s in full], label="zCDP (Bun-Steinke)")
+    ax.plot(rounds, [s.eps_rdp for s in full], label="RDP (dp-accounting)")
+    if pld_points:
+        ax.plot([s.round for s in pld_points], [s.eps_pld for s in pld_points], "o-", ms=3,
+                label="PLD (dp-accounting)")
+    if target is not None:
+        ax.axhline(target, color="k", ls="--", lw=1, label="total budget")
+    if per_round is not None:
+        ax.axhline(per_round, color="gray", ls=":", lw=1, label="paper 000: per-round eps")
+    ax.set_xlabel("round")
+    ax.set_ylabel("eps of the worst client")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        scenario = scenario_from_args(args)
+        ledger, sizes = fdp_admm_ledger(scenario)
+    except (ScenarioError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    p = scenario.privacy
+    if not ledger.releases:
+        print(f"{scenario.name}: privacy is off (F-ADMM): no noisy release, no privacy guarantee.")
+        return 0
+    delta = p.delta
+    with_pld = not args.no_pld
+    summaries = ledger.summaries(delta, with_pld=with_pld, closed_form=fdp_admm_closed_form())
+    add_remove = ledger.under_neighbouring("add_remove").summaries(delta, with_pld=with_pld)
+    budget = (f"total budget (eps={p.eps:g}, delta={p.delta:g}), schedule {p.schedule.kind}"
+              if p.mode == "total" else f"per-round rule (eps={p.eps:g}, delta={p.delta:g} each round)")
+    print(f"{scenario.name}: FDP-ADMM, M={len(sizes)} clients, L={scenario.algorithm.rounds} rounds, "
+          f"K={getattr(scenario.basis, 'n_components', '?')}, {budget}")
+    print(f"per client, replace-one neighbours, totals over all rounds at delta={delta:g}; "
+          f"'paper' = paper 000 Thm 1's per-round eps (not a total)")
+    print(format_table(summaries, sizes, add_remove))
+    worst = max(summaries, key=lambda s: s.zcdp_rho)
+    print(f"worst client {worst.client}: eps = {worst.eps:.4g} at delta = {delta:g} (tightest accountant)")
+    if p.mode == "total":
+        ok = worst.eps <= p.eps
+        print(f"budget check: {worst.eps:.6g} {'<=' if ok else '>'} {p.eps:g} "
+              f"({'within' if ok else 'EXCEEDS'} the total budget)")
+    full = ledger.epsilon_curve(worst.client, delta, with_pld=False)
+    pld_points = []
+    if with_pld:
+        rounds = ledger.rounds
+        idx = np.unique(np.linspace(0, len(rounds) - 1, min(max(args.points, 2), len(rounds))).round().astype(int))
+        pld_points = ledger.epsilon_curve(worst.client, delta, rounds=[rounds[i] for i in idx], with_pld=True)
+    out = Path(args.out)
+    per_round = worst.closed_form_eps if p.mode == "per_round" else None
+    plot_curve(out, full, pld_points, title=f"{scenario.name}: {budget}",
+               target=p.eps if p.mode == "total" else None,
+               per_round=per_round if per_round is not None and math.isfinite(per_round) else None)
+    print(f"plot: {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fdp-flower")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""``fdp-flower sweep`` and ``fdp-flower report`` (registered by :mod:`fdp_flower.cli`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def flower_command(scenario_path: str, overrides: list[str], resume: str | None = None) -> str:
+    """The ``flwr run`` command that runs this scenario on Flower (server_app.py reads the
+    same file, overrides and checkpoint to resume from)."""
+    config = f"scenario='{scenario_path}'"
+    if overrides:
+        config += " overrides='" + "; ".join(overrides) + "'"
+    if resume:
+        config += f" resume='{resume}'"
+    if '"' in config:
+        return f"flwr run . --stream --run-config {shlex.quote(config)}"
+    return f'flwr run . --stream --run-config "{config}"'
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fdp_flower.engines.sweep import load_sweep, run_sweep, write_sweep_results
+
+    spec = load_sweep(args.sweep, args.set)
+    runs = len(spec.configs) * spec.sweep.repetitions
+    print(f"{spec.source}: {len(spec.configs)} configurations x {spec.sweep.repetitions} repetitions = "
+          f"{runs} runs ({spec.sweep.engine} engine)", flush=True)
+    if args.dry_run:
+        for i, (labels, _) in enumerate(spec.configs):
+            print(f"  config {i}: " + (", ".join(f"{k}={v}" for k, v in labels.items()) or "base"))
+        return 0
+    result = run_sweep(spec, workers=args.workers, progress=not args.no_progress)
+    out = write_sweep_results(result, args.out or f"{spec.base.output.dir}/{spec.base.name}",
+                              plots=not args.no_plots)
+    print(f"{runs} runs in {result.elapsed_seconds:.1f} s with {result.workers} worker(s); results: {out}")
+    if spec.sweep.paper_table:
+        from fdp_flower.outputs.report import report
+
+        text, counts = report(out)
+        (out / "report.md").write_text(text)
+        print(f"paper Table {spec.sweep.paper_table}: {counts['at_or_below']} of {counts['cells']} cells at or "
+              f"below the paper's MISE; report: {out / 'report.md'}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from fdp_flower.outputs.report import report
+
+    text, _ = report(args.results)
+    out = Path(args.out) if args.out else Path(args.results) / "report.md"
+    out.write_text(text)
+    print(text)
+    print(f"written to {out}")
+    return 0
+
+
+def _register_commands(sub) -> None:
+    sweep = sub.add_parser("sweep", help="run a sweep file (scenario + sweep: grid, cases, repetitions)")
+    sweep.add_argument("sweep", help="sweep YAML file (a scenario file with a `sweep:` section)")
+    sweep.add_argument("--set", action="append", default=[], metavar="A.B=VALUE",
+                       help="override a field of the base scenario or of the sweep (sweep.repetitions=5)")
+    sweep.add_argument("--workers", type=int, help="worker processes (default: sweep.workers or the CPU count)")
+    sweep.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
+    sweep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sweep.add_argument("--dry-run", action="store_true", help="list the configurations and exit")
+    sweep.set_defaults(func=_cmd_sweep)
+    rep = sub.add_parser("report", help="Markdown tables of a sweep's results (paper layout for paper tables)")
+    rep.add_argument("results", help="results directory written by `fdp-flower sweep`")
+    rep.add_argument("--out", help="Markdown file (default: <results>/report.md)")
+    rep.set_defaults(func=_cmd_report)
+
+
+def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
+    """``fdp-flower run --engine flower``: see :func:`fdp_flower.engines.flower.run_on_simulation`.
+
+    With ``--resume`` the ServerApp continues the checkpoint's run; without a scenario file the
+    checkpoint's own scenario is written to a temporary file for the ServerApp and the clients.
+    """
+    import tempfile
+
+    from fdp_flower.config.base import ScenarioError, scenario_to_yaml
+    from fdp_flower.engines.flower import run_on_simulation
+
+    if args.supernodes < 1:
+        raise ScenarioError(f"--supernodes must be >= 1, got {args.supernodes}")
+    scenario_path, temporary = args.scenario, None
+    if args.resume:
+        from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+        from fdp_flower.config.base import apply_overrides
+        from fdp_flower.outputs.checkpoint import check_resumable, read_checkpoint, resolve_checkpoint_path
+
+        checkpoint = read_checkpoint(args.resume)
+        if args.scenario:
+            scenario = load_scenario(args.scenario, args.set)
+        else:
+            scenario = parse_scenario(apply_overrides(checkpoint.scenario.model_dump(mode="json"), args.set),
+                                      "checkpoint scenario")
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="fdp-flower-resume-", delete=False) as fh:
+                fh.write(scenario_to_yaml(checkpoint.scenario))
+            scenario_path = temporary = fh.name
+        check_resumable(checkpoint, scenario)  # fail here, not inside the ServerApp
+        resume = str(resolve_checkpoint_path(args.resume).resolve())
+        print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
+    elif not args.scenario:
+        raise ScenarioError("--engine flower needs a scenario file (or --resume)")
+    else:
+        scenario, resume = load_scenario(args.scenario, args.set), None  # fail here, not in the ServerApp
+    results = Path(args.out or scenario.output.dir)
+    print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower; equivalent command on a running "
+          f"SuperLink: {flower_command(scenario_path, args.set, resume)}", flush=True)
+    try:
+        run_id, status, out, _work = run_on_simulation(scenario_path, args.set, results, resume=resume,
+                                                       num_supernodes=args.supernodes,
+                                                       echo=lambda line: print(line, flush=True))
+    finally:
+        if temporary:
+            Path(temporary).unlink(missing_ok=True)
+    print(f"run {run_id} status: {status}")
+    if status != "finished:completed" or out is None:
+        print(f"error: the Flower run did not complete ({status})", file=sys.stderr)
+        return 1
+    summary = out / "summary.json"
+    if summary.is_file():
+        final = json.loads(summary.read_text()).get("final") or {}
+        shown = {k: v for k, v in final.items() if isinstance(v, (int, float)) and k != "round"}
+        if shown:
+            print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
+    print(f"results: {out}")
+    return 0
+
+
+def extend_run(sub) -> None:
+    """Add ``--engine`` and plots to ``fdp-flower run`` (its parser lives in cli.py).
+
+    ``--engine inprocess`` (default) runs as before and then draws ``convergence.png``;
+    ``--engine flower`` starts a SuperLink with Flower's simulation runtime on loopback, runs the
+    same scenario and overrides with ``flwr run`` (server_app.py parses the same file), checks the
+    run's status with ``flwr ls`` and stops what it started.
+    """
+    run = sub.choices.get("run")
+    if run is None:
+        return
+    run.add_argument("--engine", choices=("inprocess", "flower"), default="inprocess",
+                     help="inprocess: run here (fast); flower: start a local SuperLink with Flower's simulation "
+                          "runtime and `flwr run` the scenario on it")
+    run.add_argument("--supernodes", type=int, default=2, metavar="N",
+                     help="--engine flower: simulated SuperNodes (each simulates several clients when there "
+                          "are more clients; default 2, as Flower's local simulation)")
+    run.add_argument("--no-plots", action="store_true", help="skip convergence.png")
+    inner = run.get_default("func")
+
+    def run_with_engine(args: argparse.Namespace) -> int:
+        from fdp_flower.algorithms.fdp_admm.config import Scenario
+        from fdp_flower.algorithms.registry import load_any_scenario as load_scenario
+
+        if args.engine == "flower":
+            return _run_on_flower(args, load_scenario)
+        code = inner(args)
+        if code == 0 and not args.no_plots and args.scenario:
+            from fdp_flower.outputs.plots import plot_run_history
+            from fdp_flower.outputs.results import read_csv
+
+            scenario = load_scenario(args.scenario, args.set)
+            out = Path(args.out or f"{scenario.output.dir}/{scenario.name}")
+            if isinstance(scenario, Scenario) and (out / "history.csv").is_file():
+                path = plot_run_history(read_csv(out / "history.csv"), out / "convergence.png", scenario.name)
+                print(f"plot: {path}")
+        return code
+
+    run.set_defaults(func=run_with_engine)
+
+
+def register(sub) -> None:
+    """The hook :func:`fdp_flower.cli.build_parser` calls: sweep, report, run --engine."""
+    _register_commands(sub)
+    extend_run(sub)

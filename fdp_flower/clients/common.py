@@ -1,0 +1,33 @@
+"""Client-side helpers shared by the client workers: which partition this node is."""
+from __future__ import annotations
+
+import warnings
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import Context
+
+
+def node_partition(context: Context, scenario, named: int | None = None) -> int:
+    """This node's partition id, checked against the scenario's federation size.
+
+    ``named`` is a partition the server asked this node to simulate (when the
+    simulation has fewer nodes than clients); it is accepted only for simulated
+    data and when the node is not itself one client of a full-size federation.
+    """
+    num_nodes = int(context.node_config.get("num-partitions", 0))
+    if named is not None and num_nodes != scenario.federation.num_clients:
+        if not 0 <= named < scenario.federation.num_clients:
+            raise ValueError(f"partition-id {named} outside [0, {scenario.federation.num_clients})")
+        return named
+    try:
+        partition = int(context.node_config["partition-id"])
+        num_partitions = int(context.node_config["num-partitions"])
+    except KeyError as exc:
+        raise ValueError(f"node config lacks {exc.args[0]!r} (set partition-id and num-partitions)") from None
+    if num_partitions != scenario.federation.num_clients:
+        raise ValueError(f"the federation has {num_partitions} nodes but the scenario expects "
+                         f"federation.num_clients = {scenario.federation.num_clients}")
+    if not 0 <= partition < num_partitions:
+        raise ValueError(f"partition-id {partition} outside [0, {num_partitions})")
+    return partition

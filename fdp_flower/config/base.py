@@ -1,0 +1,148 @@
+"""Shared pieces of every scenario schema (pydantic v2) and of reading scenario files.
+
+A scenario is nested frozen models, one per concern; variants are discriminated unions on
+``kind`` (:func:`tagged_union`).  Unknown fields are errors (``extra="forbid"``) and validators
+only raise.  Every problem with a file or an override becomes one :class:`ScenarioError` line
+naming the file and the field.  The family schemas live with their algorithms
+(``fdp_flower.algorithms.<family>.config``); :mod:`fdp_flower.algorithms.registry` picks one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag, ValidationError
+
+#: The Flower app directory (the repository root, holding ``pyproject.toml`` and ``scenarios/``).
+APP_DIR = Path(__file__).resolve().parents[2]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def tagged_union(*models: type[BaseModel], default: str | None = None):
+    """A union discriminated on ``kind``; a mapping without ``kind`` takes ``default``.
+
+    Every model must declare ``kind: Literal["..."] = "..."``.
+    """
+    def kind_of(value):
+        if isinstance(value, dict):
+            return value.get("kind", default)
+        return getattr(value, "kind", None)
+
+    members = tuple(Annotated[m, Tag(m.model_fields["kind"].default)] for m in models)
+    return Annotated[Union[members], Discriminator(kind_of)]  # type: ignore[valid-type]
+
+
+
+class ScenarioError(ValueError):
+    """A scenario file or override that does not validate; the message is one line."""
+
+    def __init__(self, message: str = "") -> None:
+        # library messages (YAML marks, echoed input) may hold newlines: keep the error one line
+        super().__init__(" ".join(str(message).split()))
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        parts.append(f"{loc or '<root>'}: {err['msg']}")
+    return f"{source}: " + "; ".join(parts)
+
+
+_UNION_TAGS = {"paper_simulation", "node_files", "pooled", "fixed", "federated_dp", "provided", "theorem2",
+               "constant", "inv_sqrt", "inv", "fdp_admm",
+               "geometric", "periodic", "iteration"}
+
+
+def validate_mapping(model: type[BaseModel], data: Any, source: str):
+    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario must be a mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_error(source, exc)) from None
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(f"--set {dotted}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``a.b=value`` overrides applied (values parsed as YAML)."""
+    import copy
+
+    data = copy.deepcopy(data)
+    items = overrides.items() if isinstance(overrides, dict) else [_split_override(o) for o in overrides]
+    for key, value in items:
+        _set_path(data, key, value)
+    return data
+
+
+def _split_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ScenarioError(f"override {text!r} must look like section.field=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def read_yaml_file(path: str | Path, what: str = "scenario") -> dict[str, Any]:
+    """The mapping in a YAML file; a missing file or invalid YAML is a one-line :class:`ScenarioError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: {what} file not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    return data
+
+
+def scenario_to_yaml(scenario: BaseModel) -> str:
+    """The fully resolved scenario (defaults filled in) as YAML."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+
+
+def resolve_scenario_path(path: str | Path, search_dirs: list[Path] | None = None) -> Path:
+    """An absolute path, or the first of cwd / ``search_dirs`` holding ``path``."""
+    path = Path(path)
+    if path.is_absolute():
+        return path
+    for base in [Path.cwd(), *(search_dirs or [])]:
+        if (base / path).is_file():
+            return base / path
+    return path
+
+
+def parse_override_string(text: str) -> list[str]:
+    """``"a.b=1; c.d=x"`` -> ``["a.b=1", "c.d=x"]`` (the Flower run-config form of --set)."""
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+
+
+def run_config_scenario_path(run_config: dict[str, Any]) -> Path:
+    """The scenario file named by a Flower run config (key ``scenario``), resolved against the
+    working directory, then the app directory."""
+    if "scenario" not in run_config:
+        raise ScenarioError("run config: missing key 'scenario' (path to a scenario YAML file)")
+    return resolve_scenario_path(str(run_config["scenario"]), [APP_DIR])

@@ -1,0 +1,121 @@
+"""The simulation design of paper 000, Section 5, and the MISE metric.
+
+beta(t) = sum_{k<=50} w_k phi_k(t), w_1 = 0.3, w_k = 4 (-1)^{k+1} k^{-2};
+phi_1 = 1, phi_k = sqrt 2 cos((k-1) pi t); X_i = sum_k A_ik phi_k with
+A_ik ~ N(0, k^{-2}); y_i = int beta X_i + e_i - F^{-1}(tau), e ~ t(3), so the
+tau-quantile of y given X is int beta X.
+
+Samples are generated in blocks of ``BLOCK`` rows, each block from its own
+seed stream, so any contiguous slice (a client's partition) can be generated
+alone and the data do not depend on how they are split.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from fdp_flower.functional.fpca import simpson_weights
+from fdp_flower.privacy.mechanisms import DATA_STREAM
+
+N_TERMS = 50
+BLOCK = 1000
+
+
+def true_coefficients(n_terms: int = N_TERMS) -> np.ndarray:
+    k = np.arange(1, n_terms + 1)
+    w = 4.0 * (-1.0) ** (k + 1) / k**2
+    w[0] = 0.3
+    return w
+
+
+def cosine_functions(grid: np.ndarray, n_terms: int = N_TERMS) -> np.ndarray:
+    """(n_terms, G): phi_1 = 1, phi_k = sqrt 2 cos((k-1) pi t)."""
+    k = np.arange(n_terms)[:, None]
+    phi = np.sqrt(2.0) * np.cos(k * np.pi * np.asarray(grid)[None, :])
+    phi[0] = 1.0
+    return phi
+
+
+def default_grid(n_points: int = 100) -> np.ndarray:
+    return np.linspace(0.0, 1.0, n_points)
+
+
+def true_beta(grid: np.ndarray) -> np.ndarray:
+    return true_coefficients() @ cosine_functions(grid)
+
+
+@dataclass(frozen=True)
+class CurveData:
+    """Curves on a common grid and their scalar responses."""
+
+    curves: np.ndarray  # (m, G)
+    response: np.ndarray  # (m,)
+    grid: np.ndarray  # (G,)
+
+    def __post_init__(self):
+        if self.curves.ndim != 2 or self.curves.shape[1] != self.grid.size:
+            raise ValueError(f"curves must have shape (m, {self.grid.size}), got {self.curves.shape}")
+        if self.response.shape != (self.curves.shape[0],):
+            raise ValueError(
+                f"response must have shape ({self.curves.shape[0]},), got {self.response.shape}")
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.response.size)
+
+
+def partition_bounds(n: int, num_partitions: int) -> np.ndarray:
+    """Start offsets (num_partitions + 1,) of an even contiguous split of n samples."""
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    if n < num_partitions:
+        raise ValueError(f"cannot split {n} samples over {num_partitions} clients")
+    sizes = np.full(num_partitions, n // num_partitions)
+    sizes[: n % num_partitions] += 1
+    return np.r_[0, np.cumsum(sizes)]
+
+
+def quantile_shift(tau: float) -> float:
+    """F^{-1}(tau) of the t(3) errors: y = int beta X + e - F^{-1}(tau) has tau-quantile int beta X."""
+    return float(stats.t.ppf(tau, 3))
+
+
+def simulate_slice(seed: int, start: int, stop: int, *, tau: float, grid: np.ndarray,
+                   n_terms: int = N_TERMS) -> CurveData:
+    """Samples ``start:stop`` of the design with seed ``seed`` (independent of any split)."""
+    if not 0 < tau < 1:
+        raise ValueError(f"tau must be in (0, 1), got {tau}")
+    if not 0 <= start <= stop:
+        raise ValueError(f"bad sample range {start}:{stop}")
+    grid = np.asarray(grid, dtype=float)
+    w = true_coefficients(n_terms)
+    sd = 1.0 / np.arange(1, n_terms + 1)
+    scores, errors = [], []
+    for block in range(start // BLOCK, -(-stop // BLOCK)):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(DATA_STREAM, block)))
+        a = rng.standard_normal((BLOCK, n_terms)) * sd
+        e = rng.standard_t(3, BLOCK)
+        lo, hi = max(start - block * BLOCK, 0), min(stop - block * BLOCK, BLOCK)
+        scores.append(a[lo:hi])
+        errors.append(e[lo:hi])
+    a = np.concatenate(scores) if scores else np.zeros((0, n_terms))
+    e = np.concatenate(errors) if errors else np.zeros(0)
+    curves = a @ cosine_functions(grid, n_terms)
+    response = a @ w + e - quantile_shift(tau)
+    return CurveData(curves, response, grid)
+
+
+def simulate_partition(seed: int, n: int, num_partitions: int, partition: int, *, tau: float,
+                       grid: np.ndarray) -> CurveData:
+    """Client ``partition``'s share of an n-sample design split evenly over ``num_partitions``."""
+    if not 0 <= partition < num_partitions:
+        raise ValueError(f"partition id {partition} outside [0, {num_partitions})")
+    bounds = partition_bounds(n, num_partitions)
+    return simulate_slice(seed, int(bounds[partition]), int(bounds[partition + 1]), tau=tau, grid=grid)
+
+
+def mise(beta_hat: np.ndarray, beta: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """int (beta_hat - beta)^2 over the grid by Simpson's rule; beta_hat (..., G)."""
+    return ((np.asarray(beta_hat) - beta) ** 2) @ simpson_weights(grid)

@@ -1,0 +1,241 @@
+"""Functional bases: curves on a common grid -> K scores (spec section 2).
+
+A :class:`FunctionalBasis` is plain arrays (grid, mean, components, quadrature
+weights), so a server can fit it and ship it to clients, which project their
+own curves with :meth:`FunctionalBasis.scores` -- pure numpy, no scikit-fda on
+the hot path.  Scores are L2 inner products <X - mean, phi_k> by Simpson's rule,
+exactly what scikit-fda's FPCA.transform computes on a grid.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import integrate, interpolate
+
+FIXED_FAMILIES = ("cosine", "fourier", "bspline")
+
+
+def simpson_weights(grid: np.ndarray) -> np.ndarray:
+    """Quadrature weights q with sum_g q_g f(t_g) = Simpson's rule for int f."""
+    grid = np.asarray(grid, dtype=float)
+    return integrate.simpson(np.eye(grid.size), x=grid, axis=1)
+
+
+def _check_grid(grid) -> np.ndarray:
+    grid = np.asarray(grid, dtype=float)
+    if grid.ndim != 1 or grid.size < 3:
+        raise ValueError(f"the grid must be a 1-d array of at least 3 points, got shape {grid.shape}")
+    if not np.all(np.isfinite(grid)) or np.any(np.diff(grid) <= 0):
+        raise ValueError("the grid must be finite and strictly increasing")
+    return grid
+
+
+def _check_curves(curves, grid: np.ndarray) -> np.ndarray:
+    curves = np.asarray(curves, dtype=float)
+    if curves.ndim != 2:
+        raise ValueError(f"curves must be a 2-d array (n_curves, n_grid), got shape {curves.shape}")
+    if curves.shape[1] != grid.size:
+        raise ValueError(
+            f"curves have {curves.shape[1]} grid points but the basis grid has {grid.size}")
+    if not np.all(np.isfinite(curves)):
+        raise ValueError("curves contain NaN or infinite values")
+    return curves
+
+
+@dataclass(frozen=True, eq=False)
+class FunctionalBasis:
+    """K functions on a grid, with the centring mean and quadrature weights.
+
+    Attributes
+    ----------
+    grid : (G,) evaluation points
+    components : (K, G) the basis functions phi_k on the grid
+    mean : (G,) the curve subtracted before projection (zeros for fixed bases)
+    weights : (G,) quadrature weights of the grid
+    kind : "pooled", "fixed" or "provided"
+    explained_variance_ratio : (K,) for FPCA bases, else None
+    eigenvalues : (K,) score variances lambda_k of FPCA bases (public like the basis; the
+        ellipsoid clip of :func:`fdp_flower.core.clipping.clip_rows_ellipsoid` scales by sqrt(lambda_k)),
+        else None
+    """
+
+    grid: np.ndarray
+    components: np.ndarray
+    mean: np.ndarray
+    weights: np.ndarray
+    kind: str
+    explained_variance_ratio: np.ndarray | None = None
+    eigenvalues: np.ndarray | None = None
+
+    @property
+    def n_components(self) -> int:
+        return int(self.components.shape[0])
+
+    def scores(self, curves: np.ndarray) -> np.ndarray:
+        """(n, K) scores a_jk = int (X_j - mean) phi_k of curves on ``grid``."""
+        curves = _check_curves(curves, self.grid)
+        return ((curves - self.mean) * self.weights) @ self.components.T
+
+    def function(self, coefficients: np.ndarray) -> np.ndarray:
+        """beta_hat(t) = sum_k w_k phi_k(t) on the grid; ``coefficients`` (..., K)."""
+        coefficients = np.asarray(coefficients, dtype=float)
+        if coefficients.shape[-1] != self.n_components:
+            raise ValueError(
+                f"expected {self.n_components} coefficients, got shape {coefficients.shape}")
+        return coefficients @ self.components
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The basis as named arrays (to send in a message or save)."""
+        arrays = {"grid": self.grid, "components": self.components, "mean": self.mean, "weights": self.weights}
+        if self.eigenvalues is not None:
+            arrays["eigenvalues"] = self.eigenvalues
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, kind: str = "provided") -> "FunctionalBasis":
+        """Rebuild (and validate) a basis from :meth:`to_arrays` output."""
+        try:
+            grid = _check_grid(arrays["grid"])
+            components = np.asarray(arrays["components"], dtype=float)
+            mean = np.asarray(arrays["mean"], dtype=float)
+            weights = np.asarray(arrays["weights"], dtype=float)
+        except KeyError as exc:
+            raise ValueError(f"basis arrays lack {exc.args[0]!r}") from None
+        if components.ndim != 2 or components.shape[1] != grid.size:
+            raise ValueError(f"components must have shape (K, {grid.size}), got {components.shape}")
+        if mean.shape != grid.shape or weights.shape != grid.shape:
+            raise ValueError("basis mean and weights must have the grid's shape")
+        if not (np.all(np.isfinite(components)) and np.all(np.isfinite(mean))):
+            raise ValueError("basis contains NaN or infinite values")
+        eigenvalues = None
+        if "eigenvalues" in arrays:
+            eigenvalues = np.asarray(arrays["eigenvalues"], dtype=float)
+            if eigenvalues.shape != (components.shape[0],) or not np.all(np.isfinite(eigenvalues)) \
+                    or np.any(eigenvalues < 0):
+                raise ValueError(f"basis eigenvalues must be {components.shape[0]} finite values >= 0")
+        return cls(grid, components, mean, weights, kind, eigenvalues=eigenvalues)
+
+
+def choose_n_components(explained_variance_ratio: np.ndarray, threshold: float) -> int:
+    """Smallest K whose cumulative explained variance ratio reaches ``threshold``."""
+    if not 0 < threshold <= 1:
+        raise ValueError(f"explained-variance threshold must be in (0, 1], got {threshold}")
+    cumulative = np.cumsum(explained_variance_ratio)
+    return int(min(np.searchsorted(cumulative, threshold - 1e-12) + 1, cumulative.size))
+
+
+FPCA_METHODS = ("eigh", "skfda")
+
+
+def _fpca_eigh(curves: np.ndarray, grid: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-fda's grid FPCA by a covariance eigendecomposition: (mean, components (k, G), ratio (k,)).
+
+    scikit-fda runs multivariate PCA on Z = (X - mean) W^{1/2} (W = diag of the Simpson
+    weights) and returns phi_k = v_k / sqrt(w); the v_k are the eigenvectors of the
+    G x G matrix Z^T Z, so one eigh of that matrix gives the same components, with
+    scikit-learn's sign rule (the largest-|.| entry of each v_k is positive).
+    """
+    weights = simpson_weights(grid)
+    mean = curves.mean(axis=0)
+    root = np.sqrt(weights)
+    z = curves - mean
+    z *= root
+    gram = z.T @ z
+    values, vectors = np.linalg.eigh(gram)
+    values, vectors = values[::-1], vectors[:, ::-1]
+    v = vectors[:, :k].T
+    flip = np.sign(v[np.arange(k), np.argmax(np.abs(v), axis=1)])
+    v = v * np.where(flip == 0, 1.0, flip)[:, None]
+    ratio = np.clip(values[:k], 0.0, None) / np.sum(np.clip(values, 0.0, None))
+    return mean, v / root, ratio
+
+
+def fit_pooled_fpca(curves: np.ndarray, grid: np.ndarray, *, n_components: int | None = None,
+                    explained_variance: float | None = None, max_components: int = 30,
+                    method: str = "eigh") -> FunctionalBasis:
+    """FPCA of all curves (non-private: simulation studies only).
+
+    Give ``n_components`` (K) or ``explained_variance`` (choose the smallest K
+    reaching that cumulative ratio, at most ``max_components``).  ``method``
+    (default: ``"eigh"``): ``"eigh"``, one eigendecomposition of the G x G weighted
+    covariance (pure numpy, about 20 times faster at n = 100000), or ``"skfda"``,
+    scikit-fda's ``FPCA``; they agree up to rounding (the test checks 1e-8).
+    """
+    if method not in FPCA_METHODS:
+        raise ValueError(f"unknown FPCA method {method!r}; choose one of {', '.join(FPCA_METHODS)}")
+    grid = _check_grid(grid)
+    curves = _check_curves(curves, grid)
+    if (n_components is None) == (explained_variance is None):
+        raise ValueError("give exactly one of n_components and explained_variance")
+    limit = min(curves.shape[0] - 1, grid.size)
+    k_fit = n_components if n_components is not None else min(max_components, limit)
+    if not 1 <= k_fit <= limit:
+        raise ValueError(
+            f"n_components must be between 1 and {limit} for {curves.shape[0]} curves on "
+            f"{grid.size} points, got {k_fit}")
+    if method == "eigh":
+        mean, components, ratio = _fpca_eigh(curves, grid, k_fit)
+    else:
+        from skfda import FDataGrid
+        from skfda.preprocessing.dim_reduction import FPCA
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=DeprecationWarning)
+            fpca = FPCA(n_components=k_fit).fit(FDataGrid(curves, grid))
+        components = fpca.components_.data_matrix[..., 0]
+        ratio = np.asarray(fpca.explained_variance_ratio_)
+        mean = fpca.mean_.data_matrix[0, :, 0].copy()
+    if explained_variance is not None:
+        k = choose_n_components(ratio, explained_variance)
+        components, ratio = components[:k], ratio[:k]
+    basis = FunctionalBasis(grid, components, mean, simpson_weights(grid), "pooled", ratio)
+    return replace(basis, eigenvalues=basis.scores(curves).var(axis=0))
+
+
+def _orthonormalize(raw: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    gram = (raw * weights) @ raw.T
+    chol = np.linalg.cholesky(gram)
+    return np.linalg.solve(chol, raw)
+
+
+def fixed_basis(family: str, n_components: int, grid: np.ndarray, *,
+                domain: tuple[float, float] | None = None) -> FunctionalBasis:
+    """A data-independent basis (costs no privacy), orthonormal in L2 on the grid.
+
+    family : cosine (phi_1 = 1, phi_k = sqrt 2 cos((k-1) pi t)), fourier
+    (1, sqrt 2 sin 2 pi k t, sqrt 2 cos 2 pi k t) or bspline (cubic, equispaced
+    knots), all on ``domain`` (default: the grid's range) rescaled to [0, 1].
+    """
+    grid = _check_grid(grid)
+    if family not in FIXED_FAMILIES:
+        raise ValueError(f"unknown fixed basis {family!r}; choose one of {', '.join(FIXED_FAMILIES)}")
+    if not isinstance(n_components, (int, np.integer)) or n_components < 1:
+        raise ValueError(f"n_components must be a positive integer, got {n_components!r}")
+    if n_components > grid.size:
+        raise ValueError(f"n_components ({n_components}) exceeds the grid size ({grid.size})")
+    lo, hi = domain if domain is not None else (grid[0], grid[-1])
+    t = (grid - lo) / (hi - lo)
+    weights = simpson_weights(grid)
+    if family == "cosine":
+        raw = np.vstack([np.ones_like(t)] + [np.sqrt(2) * np.cos(k * np.pi * t) for k in range(1, n_components)])
+    elif family == "fourier":
+        rows = [np.ones_like(t)]
+        k = 1
+        while len(rows) < n_components:
+            rows.append(np.sqrt(2) * np.sin(2 * np.pi * k * t))
+            if len(rows) < n_components:
+                rows.append(np.sqrt(2) * np.cos(2 * np.pi * k * t))
+            k += 1
+        raw = np.vstack(rows)
+    else:
+        if n_components < 4:
+            raise ValueError("a cubic B-spline basis needs n_components >= 4")
+        inner = np.linspace(0, 1, n_components - 2)
+        knots = np.r_[[0.0] * 3, inner, [1.0] * 3]
+        raw = np.vstack([interpolate.BSpline(knots, np.eye(n_components)[i], 3, extrapolate=False)(t)
+                         for i in range(n_components)])
+        raw = np.nan_to_num(raw)
+    components = _orthonormalize(raw, weights)
+    return FunctionalBasis(grid, components, np.zeros_like(grid), weights, "fixed")

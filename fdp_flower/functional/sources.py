@@ -1,0 +1,111 @@
+"""Data sources: where a run's curves and responses come from.
+
+Every data-source kind of the scenario schema (:mod:`fdp_flower.config.functional`) has one
+class here that knows everything about it: its grid, its public partition sizes m_i, how to
+load one client's partition and, for simulated designs, the true coefficient function.
+Adding a kind means one class here and one schema model; nothing else switches on the kind.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fdp_flower.functional import design
+from fdp_flower.functional.design import CurveData
+
+
+@dataclass(frozen=True)
+class PaperSimulationSource:
+    """The simulated design of paper 000, Section 5 (:mod:`fdp_flower.functional.design`).
+
+    Each client's slice is generated alone from the run seed, so no party ever holds every curve.
+    """
+
+    config: object  # fdp_flower.config.functional.PaperSimulation
+    seed: int
+    num_clients: int
+    tau: float
+
+    kind: ClassVar[str] = "paper_simulation"
+    #: whether every node reads its own file (a real deployment), so a node is exactly one client
+    node_local: ClassVar[bool] = False
+
+    def grid(self) -> np.ndarray:
+        return design.default_grid(self.config.grid_points)
+
+    def partition_sizes(self) -> np.ndarray:
+        """m_i of every client (public: the sensitivities use them)."""
+        return np.diff(design.partition_bounds(self.config.n_samples, self.num_clients))
+
+    def load(self, partition: int, path: str | None = None) -> CurveData:
+        return design.simulate_partition(self.seed, self.config.n_samples, self.num_clients, partition,
+                                         tau=self.tau, grid=self.grid())
+
+    def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
+        return design.true_beta(grid)
+
+    def tau_shift(self, tau: float) -> float | None:
+        """y(tau) = y(0.5) - shift: the curves do not depend on tau and F^{-1}(0.5) = 0 for t(3)
+        (lets the batched engine share one data set across quantile levels)."""
+        return float(design.quantile_shift(tau))
+
+
+@dataclass(frozen=True)
+class NodeFilesSource:
+    """Node-local files (deployment): each node reads its own file (node config ``data-path``);
+    simulation engines read ``data.paths[i]`` for client i (:mod:`fdp_flower.functional.node_files`)."""
+
+    config: object  # fdp_flower.config.functional.NodeFiles
+    seed: int
+    num_clients: int
+    tau: float
+
+    kind: ClassVar[str] = "node_files"
+    node_local: ClassVar[bool] = True
+
+    def grid(self) -> np.ndarray:
+        c = self.config
+        return np.linspace(c.grid_start, c.grid_stop, c.grid_points)
+
+    def partition_sizes(self) -> np.ndarray:
+        if self.config.paths is None:
+            raise ValueError("data kind 'node_files' without data.paths has no partition sizes here: set "
+                             "data.paths (one file per client) to run it in process, or run it as a deployment "
+                             "where each node names its file in its node config (data-path)")
+        return np.array([self.load(i).n_samples for i in range(self.num_clients)])
+
+    def path_of(self, partition: int, path: str | None = None) -> str:
+        """The node's own file (``path``, from its node config), else ``data.paths[partition]``."""
+        if path is not None:
+            return path
+        if self.config.paths is None:
+            raise ValueError("node-local data: set data-path in the node config (or data.paths to simulate)")
+        return self.config.paths[partition]
+
+    def load(self, partition: int, path: str | None = None) -> CurveData:
+        from fdp_flower.functional.node_files import read_node_file
+
+        return read_node_file(self.path_of(partition, path), expected_grid=self.grid(),
+                              response_offset=self.config.response_offset)
+
+    def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def tau_shift(self, tau: float) -> float | None:
+        """None: the responses in the files do not depend on the quantile level."""
+        return None
+
+
+#: data-source kind -> its class (the schema's ``data.kind``)
+SOURCES = {cls.kind: cls for cls in (PaperSimulationSource, NodeFilesSource)}
+
+
+def data_source(config, *, seed: int, num_clients: int, tau: float = 0.5):
+    """The data source of a scenario's ``data`` section."""
+    try:
+        cls = SOURCES[config.kind]
+    except KeyError:
+        raise ValueError(f"data source {config.kind!r} is not supported; known: {', '.join(SOURCES)}") from None
+    return cls(config, seed=seed, num_clients=num_clients, tau=tau)

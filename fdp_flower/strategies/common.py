@@ -1,0 +1,75 @@
+"""Server-side helpers shared by the strategies: reply checks, waiting for nodes, results directories."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import warnings
+from logging import WARNING
+from pathlib import Path
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import Message
+    from flwr.common.logger import log
+    from flwr.serverapp import Grid
+
+
+class FederationError(RuntimeError):
+    """The federation cannot continue (missing or inconsistent replies)."""
+
+
+def reply_sender(reply: Message, server_round: int, count: int, seen, error: type[Exception]) -> int:
+    """The partition id a reply comes from; ``error`` for an error reply or a bad/duplicate id."""
+    if reply.has_error():
+        raise error(f"round {server_round}: node {reply.metadata.src_node_id} failed: {reply.error.reason}")
+    sender = int(reply.content["metrics"]["partition-id"])
+    if not 0 <= sender < count or sender in seen:
+        raise error(f"round {server_round}: bad or duplicate partition id {sender}")
+    return sender
+
+
+def run_results_dir(run_config, run_id: int, name: str, tag: str = "flower") -> Path:
+    """``<results-dir>/<name>-<tag>-<time>-run<id>``: where a ServerApp writes a run's results
+    (``results-dir`` of the run config, default ``results``; ``tag`` "relay" for peer-to-peer)."""
+    base = Path(str(run_config.get("results-dir", "") or "results"))
+    return base / f"{name}-{tag}-{time.strftime('%Y%m%d-%H%M%S')}-run{run_id}"
+
+
+def wait_for_nodes(grid: Grid, count: int, *, timeout: float = 120.0, settle: float | None = None) -> int:
+    """Wait until ``count`` nodes are connected; with ``settle``, accept fewer (but >= 1) after that long.
+
+    Returns the number of connected nodes.
+    """
+    start = time.monotonic()
+    while True:
+        connected = len(list(grid.get_node_ids()))
+        waited = time.monotonic() - start
+        if connected >= count or (settle is not None and connected >= 1 and waited >= settle):
+            return connected
+        if waited > timeout:
+            raise FederationError(f"only {connected} of {count} nodes connected after {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def wait_for_simulation_backend(timeout: float = 300.0) -> None:
+    """In Flower's simulation runtime, wait until Ray has started before doing heavy work.
+
+    There the ServerApp runs in a thread while the main thread is still importing Ray
+    and forking its processes; heavy numpy/SciPy work in this thread during those forks
+    has been seen to deadlock the fork (the run then dies with "No heartbeat received").
+    A ServerApp on the main thread (deployment, direct calls) returns at once; after
+    ``timeout`` seconds the run goes on with a warning.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return
+    if "flwr.simulation" not in sys.modules and "ray" not in sys.modules:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ray = sys.modules.get("ray")  # None until imported; no is_initialized while importing
+        is_initialized = getattr(ray, "is_initialized", None) if ray is not None else None
+        if is_initialized is not None and is_initialized():
+            return
+        time.sleep(0.2)
+    log(WARNING, "Ray did not report itself initialized within %.0fs; going on", timeout)
