@@ -13,6 +13,7 @@ from fdp_flower.algorithms.registry import any_scenario_from_run_config, family_
 from fdp_flower.clients.fdp_admm import handle_fdp_admm_train
 from fdp_flower.clients.gradient_admm import handle_gradient_admm_train
 from fdp_flower.clients.p2p import handle_p2p_train
+from fdp_flower.clients.site import SITE_ERRORS, refusal_reply
 
 app = ClientApp()
 
@@ -26,8 +27,12 @@ TRAIN_HANDLERS: dict[str, Callable[[Message, Context, object], Message]] = {
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    """One release; a refusal by the site's policy is an error reply (nothing released)."""
     scenario = any_scenario_from_run_config(context.run_config)
-    return TRAIN_HANDLERS[family_of(scenario.algorithm.kind)](msg, context, scenario)
+    try:
+        return TRAIN_HANDLERS[family_of(scenario.algorithm.kind)](msg, context, scenario)
+    except SITE_ERRORS as exc:
+        return refusal_reply(msg, exc)
 
 
 @app.query()
@@ -35,4 +40,7 @@ def query(msg: Message, context: Context) -> Message:
     """The setup phase of a run on node-local data (m_i, grid, federated DP-FPCA summary)."""
     from fdp_flower.clients.node_phase import handle_node_setup_query
 
-    return handle_node_setup_query(msg, context, any_scenario_from_run_config(context.run_config))
+    try:
+        return handle_node_setup_query(msg, context, any_scenario_from_run_config(context.run_config))
+    except SITE_ERRORS as exc:
+        return refusal_reply(msg, exc)

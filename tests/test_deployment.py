@@ -23,6 +23,11 @@ from fdp_flower.functional.node_files import load_dataset, partition, write_part
 APP = Path(__file__).resolve().parents[1]
 SCENARIO = APP / "scenarios" / "deploy_federated_fpca.yaml"
 
+# the sites opt in to noise from the run seed (the server knows it: reproducibility tests only), so the
+# deployment's iterates can equal the in-process engine's; tests/test_site_privacy_deployment.py covers
+# the default (noise the server cannot predict)
+SEEDED = {"allow-seeded-noise": True}
+
 pytestmark = pytest.mark.skipif(shutil.which("flower-superlink") is None
                                 and not (Path(__import__("sys").executable).parent / "flower-superlink").exists(),
                                 reason="flower-superlink not installed")
@@ -32,7 +37,7 @@ pytestmark = pytest.mark.skipif(shutil.which("flower-superlink") is None
 def test_loopback_deployment_completes_and_equals_the_simulation(tmp_path):
     paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=3000), 3), tmp_path / "data", "npz")
     results = tmp_path / "results"
-    fed = LoopbackFederation(tmp_path, data_paths=paths)
+    fed = LoopbackFederation(tmp_path, data_paths=paths, site_config=SEEDED)
     try:
         fed.start()
         pids = [p.pid for p in fed.processes]
@@ -74,7 +79,7 @@ def test_loopback_deployment_reports_a_grid_mismatch_as_a_failed_run(tmp_path):
     good = partition(load_dataset("paper", seed=0, n_samples=300), 3)
     odd = load_dataset("paper", seed=1, n_samples=100, grid_points=99)
     paths = write_partitions([good[0], odd, good[2]], tmp_path / "data", "csv")
-    fed = LoopbackFederation(tmp_path, data_paths=paths)
+    fed = LoopbackFederation(tmp_path, data_paths=paths, site_config=SEEDED)
     try:
         fed.start()
         _run_id, status = fed.run({"scenario": str(APP / "scenarios" / "deploy_demo.yaml"), "overrides": "",

@@ -33,6 +33,11 @@ ROUNDS = 10
 KILL_AFTER = 2  # kill supernode 2 once round 2 is checkpointed
 OVERRIDES = f"algorithm.rounds={ROUNDS}; output.checkpoint_every=1; faults.reply_timeout=30; faults.quorum=0.5"
 
+# the sites opt in to noise from the run seed (the server knows it: reproducibility tests only), so the
+# deployment's iterates can equal the in-process engine's; tests/test_site_privacy_deployment.py covers
+# the default (noise the server cannot predict)
+SEEDED = {"allow-seeded-noise": True}
+
 pytestmark = pytest.mark.skipif(shutil.which("flower-superlink") is None
                                 and not (Path(sys.executable).parent / "flower-superlink").exists(),
                                 reason="flower-superlink not installed")
@@ -51,7 +56,7 @@ def _checkpoint_round(results: Path) -> int:
 def test_killing_a_supernode_mid_run(tmp_path):
     paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=1500), 3), tmp_path / "data", "npz")
     results = tmp_path / "results"
-    fed = LoopbackFederation(tmp_path, data_paths=paths)
+    fed = LoopbackFederation(tmp_path, data_paths=paths, site_config=SEEDED)
     outcome: dict = {}
     try:
         fed.start()

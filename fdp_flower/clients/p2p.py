@@ -4,8 +4,9 @@ The relay sends node i one message per round with its own state (last release,
 dual, link statistics) and its neighbours' releases only; the worker runs
 :func:`fdp_flower.algorithms.p2p.node.node_round` -- the very function of the in-process
 engine -- and replies with the new state.  Noise is calibrated and added here,
-from public quantities (m_i, |N_i|, the round, the scenario), with
-``release_rng(seed, node, round)``.
+from public quantities (m_i, |N_i|, the round, the scenario), with the generator of
+:meth:`fdp_flower.clients.site.SiteSession.noise_for` (the data are public here, so that is
+``release_rng(seed, node, round)``; a node-local source would switch on the site's policy).
 
 ``scenario`` is duck-typed: anything with ``seed``, ``topology``, ``data``,
 ``algorithm`` and ``privacy`` as in :class:`fdp_flower.algorithms.p2p.config.P2PScenario`.
@@ -23,6 +24,7 @@ import numpy as np
 
 from fdp_flower.algorithms.p2p.config import P2PScenario, build_algorithm, build_graph, build_problem
 from fdp_flower.algorithms.p2p.node import NodeState, node_round
+from fdp_flower.clients.site import SiteSession
 from fdp_flower.wire import pack_arrays, unpack_arrays
 
 with warnings.catch_warnings():
@@ -49,8 +51,9 @@ def p2p_setup(scenario):
     return _setup(json.dumps(data, sort_keys=True))
 
 
-def p2p_node_update(scenario, node: int, *, state: NodeState, neighbour_ids, neighbour_released):
-    """Check that only the node's neighbours' releases arrived, then run its round."""
+def p2p_node_update(scenario, node: int, *, state: NodeState, neighbour_ids, neighbour_released, noise=None):
+    """Check that only the node's neighbours' releases arrived, then run its round (``noise``: see
+    :func:`fdp_flower.algorithms.p2p.node.node_round`)."""
     graph, problem, algorithm = p2p_setup(scenario)
     if not 0 <= node < graph.num_nodes:
         raise ValueError(f"node {node} outside 0..{graph.num_nodes - 1}")
@@ -62,7 +65,8 @@ def p2p_node_update(scenario, node: int, *, state: NodeState, neighbour_ids, nei
             raise ValueError(f"{name} contains NaN or infinite values")
     return node_round(algorithm=algorithm, objective=problem.objective, node=node, seed=scenario.seed, state=state,
                       neighbour_released=neighbour_released, neighbour_degrees=graph.degrees[list(expected)],
-                      features=problem.features[node], response=problem.responses[node]), len(problem.responses[node])
+                      features=problem.features[node], response=problem.responses[node], noise=noise), \
+        len(problem.responses[node])
 
 
 def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
@@ -74,8 +78,10 @@ def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
     if state.round + 1 != int(config["round"]):
         raise ValueError(f"node {node}: state is after round {state.round} but the relay asks for round "
                          f"{config['round']}")
+    # simulated data (from the public seed: the server can compute them too): the run's noise source
+    site = SiteSession.open(context, scenario, node_local=False)
     res, m = p2p_node_update(scenario, node, state=state, neighbour_ids=list(config["neighbours"]),
-                             neighbour_released=arrays["neighbour_released"])
+                             neighbour_released=arrays["neighbour_released"], noise=site.noise_for)
     metrics = {"partition-id": node, "num-examples": m, "sensitivity": res.sensitivity or 0.0,
                "sigma": res.sigma or 0.0, "cut-links": res.cut_links, "solver-iterations": res.solver_iterations}
     content = RecordDict({"arrays": pack_arrays(**res.state.to_arrays()), "metrics": MetricRecord(metrics)})

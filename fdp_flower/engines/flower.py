@@ -214,25 +214,85 @@ class Federation:
         return "\n".join(f"==== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log")))
 
 
+def toml_value(value) -> str:
+    """A node config value as Flower's ``--node-config`` parses it (TOML): strings quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))  # a TOML basic string
+
+
+def parse_site_config(text: str) -> dict[str, object]:
+    """``'max-eps=2 allow-nonprivate=true'`` -> a dict (values as TOML, like Flower's ``--node-config``)."""
+    import tomllib
+
+    pairs = re.findall(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)", text)
+    try:
+        return tomllib.loads("\n".join(f"{k} = {v}" for k, v in pairs))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"site config {text!r}: {exc} (quote strings: ledger-dir=\"/path\")") from None
+
+
 @dataclass
 class LoopbackFederation(Federation):
-    """Deployment: a SuperLink + one SuperNode per data file, all on 127.0.0.1 (insecure: loopback only)."""
+    """Deployment: a SuperLink + one SuperNode per data file, all on 127.0.0.1 (insecure: loopback only).
+
+    ``site_config``: extra node config keys of every SuperNode (a dict) or of each (a list of
+    dicts), e.g. ``{"max-eps": 2.0}`` or ``{"allow-seeded-noise": True}`` (the site policy,
+    :mod:`fdp_flower.privacy.site_policy`).  Each SuperNode keeps its site ledger in its own
+    ``<workdir>/site-<i>`` unless its config names a ``ledger-dir``.
+    """
 
     data_paths: list[Path] = field(default_factory=list)
+    site_config: dict | list[dict] = field(default_factory=dict)
+    node_processes: dict[int, subprocess.Popen] = field(default_factory=dict)
+    _node_args: dict[int, list[str]] = field(default_factory=dict, repr=False)
+
+    def node_config(self, i: int) -> dict[str, object]:
+        """SuperNode ``i``'s node config."""
+        extra = self.site_config[i] if isinstance(self.site_config, list) else self.site_config
+        return {"partition-id": i, "num-partitions": len(self.data_paths), "data-path": str(self.data_paths[i]),
+                "ledger-dir": str(self.workdir / f"site-{i}"), **extra}
+
+    def ledger_path(self, i: int) -> Path:
+        """SuperNode ``i``'s site ledger file."""
+        from fdp_flower.privacy.site_policy import SitePolicy
+
+        return SitePolicy.from_node_config(self.node_config(i)).ledger_path(self.env)
 
     def start(self, timeout: float = 60.0) -> LoopbackFederation:
+        if isinstance(self.site_config, list) and len(self.site_config) != len(self.data_paths):
+            raise ValueError(f"site_config has {len(self.site_config)} entries for {len(self.data_paths)} nodes")
         (self.workdir / "flwr_home").mkdir(parents=True, exist_ok=True)
         self.link_port = free_port()
         link = self._spawn("superlink", [_bin("flower-superlink"), "--insecure",
                                          "--disable-runtime-dependency-installation", "--port", str(self.link_port)])
         _wait_port(self.link_port, timeout, link)
-        for i, path in enumerate(self.data_paths):
-            config = f'partition-id={i} num-partitions={len(self.data_paths)} data-path={json.dumps(str(path))}'
-            self._spawn(f"supernode-{i}", [_bin("flower-supernode"), "--insecure",
-                                           "--superlink", f"127.0.0.1:{self.link_port}",
-                                           "--port", str(free_port()), "--node-config", config])
+        for i in range(len(self.data_paths)):
+            config = " ".join(f"{k}={toml_value(v)}" for k, v in self.node_config(i).items())
+            self._node_args[i] = [_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
+                                  "--port", str(free_port()), "--node-config", config]
+            self.node_processes[i] = self._spawn(f"supernode-{i}", self._node_args[i])
         self._write_connection()
         return self
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL SuperNode ``i`` and its ClientApp processes (its process group) at once."""
+        proc = self.node_processes[i]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def restart_node(self, i: int) -> subprocess.Popen:
+        """Start SuperNode ``i`` again with the same node config (its ledger dir included)."""
+        if self.node_processes[i].poll() is None:
+            raise RuntimeError(f"supernode {i} (PID {self.node_processes[i].pid}) is still running")
+        restarts = sum(1 for p in self.workdir.glob(f"supernode-{i}-restart*.log"))
+        self.node_processes[i] = self._spawn(f"supernode-{i}-restart{restarts + 1}", self._node_args[i])
+        return self.node_processes[i]
 
 
 @dataclass
@@ -299,8 +359,12 @@ def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: s
 
 
 def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides: str = "",
-             workdir: str | None = None, fmt: str = "npz", n_samples: int = 3000, seed: int = 0) -> int:
-    """Partition ``dataset`` into ``nodes`` files, deploy on loopback, run ``scenario``, print the result."""
+             workdir: str | None = None, fmt: str = "npz", n_samples: int = 3000, seed: int = 0,
+             site_config: dict | None = None) -> int:
+    """Partition ``dataset`` into ``nodes`` files, deploy on loopback, run ``scenario``, print the result.
+
+    ``site_config``: node config keys of every site's policy (e.g. ``{"allow-nonprivate": True}``).
+    """
     from fdp_flower.functional.node_files import load_dataset, partition, write_partitions
 
     work = Path(workdir or tempfile.mkdtemp(prefix="fdp-deploy-")).resolve()
@@ -309,7 +373,7 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
                              work / "data", fmt)
     print(f"data: {len(paths)} node files in {work / 'data'}", flush=True)
     results = work / "results"
-    with LoopbackFederation(work, data_paths=paths) as fed:
+    with LoopbackFederation(work, data_paths=paths, site_config=site_config or {}) as fed:
         print(f"SuperLink on 127.0.0.1:{fed.link_port}; {nodes} SuperNodes; PIDs "
               f"{[p.pid for p in fed.processes]}", flush=True)
         run_id, status = fed.run({"scenario": str(Path(scenario).resolve()), "overrides": overrides,
@@ -323,7 +387,11 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
                                               "final_global_w", "sample_sizes")}, indent=2))
     if summary["privacy"].get("private"):
         print(f"privacy spent per client (worst): eps = {summary['privacy']['eps']:.4f} at delta = "
-              f"{summary['privacy']['delta']:g}")
+              f"{summary['privacy']['delta']:g} (server ledger)")
+    for site in summary["privacy"].get("sites", []):
+        print(f"site of client {site['client']} reports eps = {site['run_eps']:.4f} in this run, {site['eps']:.4f} "
+              f"over its lifetime (max-eps {site['max_eps']:g}) at delta = {site['delta']:g}, {site['neighbouring']}, "
+              f"noise from {site['noise_source']}")
     print(f"results and logs: {work}")
     return 0
 
@@ -336,12 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-samples", type=int, default=3000, help="paper design: total samples")
     parser.add_argument("--format", default="npz", choices=["npz", "csv", "parquet"])
     parser.add_argument("--set", default="", help='scenario overrides "a.b=1; c.d=2"')
+    parser.add_argument("--site-config", default="", help="node config keys of every site's privacy policy, e.g. "
+                                                          "'max-eps=4 allow-nonprivate=true' (docs/deployment.md)")
     parser.add_argument("--workdir", help="directory for data, logs and results (default: a new temp dir)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the processes are stopped on SIGTERM too
     try:
         return run_demo(args.scenario, dataset=args.dataset, nodes=args.nodes, overrides=args.set,
-                        workdir=args.workdir, fmt=args.format, n_samples=args.n_samples)
+                        workdir=args.workdir, fmt=args.format, n_samples=args.n_samples,
+                        site_config=parse_site_config(args.site_config))
     except (ValueError, RuntimeError, TimeoutError) as exc:  # NodeDataError, ScenarioError, run failures
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -213,15 +213,28 @@ def scenario_pre_basis(scenario, grid: np.ndarray) -> FunctionalBasis:
     return pre_basis(b.pre_basis, b.pre_basis_size, grid)
 
 
-def scenario_client_summary(scenario, client: int, curves: np.ndarray, pre: FunctionalBasis) -> CovarianceSummary:
-    """Client ``client``'s release for the scenario's ``federated_dp`` basis; noise from
-    :func:`fdp_flower.privacy.mechanisms.release_rng` at round :data:`FPCA_ROUND` (so every engine draws the same)."""
+def scenario_client_summary(scenario, client: int, curves: np.ndarray, pre: FunctionalBasis,
+                            noise=None) -> CovarianceSummary:
+    """Client ``client``'s release for the scenario's ``federated_dp`` basis.
+
+    ``noise`` (optional) maps the release's ledger event (round :data:`FPCA_ROUND`) to its noise
+    generator (:meth:`fdp_flower.clients.site.SiteSession.noise_for`); default
+    :func:`fdp_flower.privacy.mechanisms.release_rng` at round :data:`FPCA_ROUND` (so every engine draws the same).
+    """
     from fdp_flower.privacy.mechanisms import release_rng
 
     b = scenario.basis
-    sigma = phase_noise_sigma(b, int(np.shape(curves)[0]))
-    rng = None if sigma is None else release_rng(scenario.seed, client, FPCA_ROUND, scenario.privacy.noise_source)
-    return client_summary(pre.scores(curves), clip_cb=b.clip_cb, sigma=sigma, rng=rng)
+    m = int(np.shape(curves)[0])
+    sigma = phase_noise_sigma(b, m)
+    scores = pre.scores(curves)  # computed before the noise generator is asked for (and the release charged)
+    if sigma is None:
+        rng = None
+    elif noise is None:
+        rng = release_rng(scenario.seed, client, FPCA_ROUND, scenario.privacy.noise_source)
+    else:
+        rng = noise(GaussianRelease(int(client), FPCA_ROUND, float(summary_sensitivity(clip_cb=b.clip_cb, m=m)),
+                                    float(sigma), mechanism=FPCA_MECHANISM))
+    return client_summary(scores, clip_cb=b.clip_cb, sigma=sigma, rng=rng)
 
 
 def scenario_releases(scenario, summaries: Sequence[CovarianceSummary],

@@ -38,6 +38,8 @@ class RunResult:
     stop_reason: str = "completed"
     engine: str = "inprocess"
     failures: list[FailureRecord] = field(default_factory=list)
+    #: client -> the totals its site reported from its own ledger (deployment on node-local data)
+    site_reports: dict[int, dict] = field(default_factory=dict)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -88,6 +90,29 @@ def privacy_report(ledger, delta: float) -> dict:
             "per_client": [row(s) for s in per_client]}
 
 
+def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:
+    """Each site's own report next to the server ledger's eps of the same client, computed by the same
+    accountant (PLD) at the site's delta and under the site's neighbouring relation.
+
+    A site's ``eps`` covers every release it ever made (all runs); ``run_eps`` this run's, which
+    can exceed the server's figure when the server did not see every release (a lost reply, the
+    releases of a run this one resumed)."""
+    from fdp_flower.privacy import pld_epsilon
+
+    rows = []
+    for client, report in sorted(site_reports.items()):
+        delta, relation = float(report["delta"]), str(report["neighbouring"])
+        try:
+            server = pld_epsilon([r.under(relation) for r in ledger.of_client(client)], delta)
+        except ValueError:  # a release without a known conversion to the site's relation
+            server = None
+        rows.append({"client": int(client), "eps": float(report["eps"]), "releases": int(report["releases"]),
+                     "run_eps": float(report["run-eps"]), "run_releases": int(report["run-releases"]),
+                     "delta": delta, "neighbouring": relation, "max_eps": float(report["max-eps"]),
+                     "noise_source": str(report.get("noise-source", "")), "server_eps": server})
+    return rows
+
+
 def summarize(result) -> dict:
     sc = result.scenario
     final = result.history[-1] if result.history else {}
@@ -102,6 +127,9 @@ def summarize(result) -> dict:
         "clipped_rows": result.clipped_rows,
         "privacy": privacy_report(result.ledger, sc.privacy.delta),
     }
+    sites = getattr(result, "site_reports", None) or {}
+    if sites:
+        summary["privacy"]["sites"] = site_report_rows(sites, result.ledger)
     failures = getattr(result, "failures", None) or []
     if failures:
         summary["failures"] = {"count": len(failures),

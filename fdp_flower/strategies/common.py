@@ -29,6 +29,18 @@ def reply_sender(reply: Message, server_round: int, count: int, seen, error: typ
     return sender
 
 
+#: The reply record in which a site reports its own totals (:data:`fdp_flower.clients.site.SITE_RECORD`).
+SITE_RECORD = "site"
+
+
+def site_report(reply: Message) -> dict | None:
+    """The totals a site reported in ``reply`` (its own ledger: lifetime and run eps by PLD at its
+    max-delta, its neighbouring relation, noise source), or None (no site policy: public data)."""
+    if reply.has_error() or SITE_RECORD not in reply.content:
+        return None
+    return {str(k): v for k, v in reply.content[SITE_RECORD].items()}
+
+
 def run_results_dir(run_config, run_id: int, name: str, tag: str = "flower") -> Path:
     """``<results-dir>/<name>-<tag>-<time>-run<id>``: where a ServerApp writes a run's results
     (``results-dir`` of the run config, default ``results``; ``tag`` "relay" for peer-to-peer)."""

@@ -45,7 +45,7 @@ from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.outputs.results import RunResult, summarize, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.common import FederationError, run_results_dir, wait_for_nodes
+from fdp_flower.strategies.common import FederationError, run_results_dir, site_report, wait_for_nodes
 from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
@@ -104,6 +104,7 @@ class FDPADMMStrategy(Strategy):
         self.node_of_client: dict[int, int] = {}
         self.sample_sizes: dict[int, int] = {}
         self.clipped_rows: dict[int, int] = {}
+        self.site_reports: dict[int, dict] = {}  # client -> its latest report of its own totals
         self.round_offset = 0
 
     def resume_from(self, checkpoint) -> int:
@@ -298,6 +299,8 @@ class FDPADMMStrategy(Strategy):
                 continue
             self.node_of_client[client] = node
             self.sample_sizes[client] = int(reply.content["metrics"]["num-examples"])
+            if (report := site_report(reply)) is not None:
+                self.site_reports[client] = report
             if "clipped-rows" in reply.content["metrics"]:
                 self.clipped_rows[client] = int(reply.content["metrics"]["clipped-rows"])
             if release is not None:
@@ -411,9 +414,10 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
 
     strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator, partition_sizes=sizes,
                                on_round=checkpoint, hosts_many_clients=setup is None)
-    if setup is not None:  # the setup phase's releases (noise added on the clients) and routing
+    if setup is not None:  # the setup phase's releases (noise added on the clients), routing, site totals
         strategy.ledger.record_many(setup.releases)
         strategy.node_of_client.update(setup.node_of_client)
+        strategy.site_reports.update(setup.site_reports)
     rounds_left = scenario.algorithm.rounds
     if resume is not None:
         rounds_left = strategy.resume_from(resume)
@@ -435,7 +439,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                        basis=basis, reference=evaluator.reference,
                        clipped_rows=[strategy.clipped_rows.get(i, -1) for i in range(len(sizes))],
                        sample_sizes=[strategy.sample_sizes.get(i, int(m)) for i, m in enumerate(sizes)],
-                       stop_reason=stop_reason, engine="flower", failures=strategy.failures)
+                       stop_reason=stop_reason, engine="flower", failures=strategy.failures,
+                       site_reports=strategy.site_reports)
     out = write_results(result, out_dir)
     summary = summarize(result)
     final = summary["final"] or {}
@@ -450,6 +455,11 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             privacy["eps"], privacy["delta"], w["eps_pld"], w["eps_rdp"], w["eps_zcdp"], w["zcdp_rho"])
     elif not scenario.privacy.enabled:
         log(INFO, "fdp-flower: privacy off (F-ADMM): no DP guarantee")
+    for site in privacy.get("sites", []):
+        log(INFO, "fdp-flower: site of client %d reports eps = %.4f in this run (%d releases), %.4f over its "
+            "lifetime (%d releases; max-eps %g) at delta = %g, %s; server ledger: eps = %s",
+            site["client"], site["run_eps"], site["run_releases"], site["eps"], site["releases"], site["max_eps"],
+            site["delta"], site["neighbouring"], "n/a" if site["server_eps"] is None else f"{site['server_eps']:.4f}")
     log(INFO, "fdp-flower: results in %s", out.resolve())
     if stop_reason != "completed":
         raise FederationError(stop_reason)

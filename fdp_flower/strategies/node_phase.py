@@ -24,6 +24,7 @@ from fdp_flower.functional.bases import basis_kind
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.functional.node_files import grid_digest
 from fdp_flower.privacy import GaussianRelease
+from fdp_flower.strategies.common import site_report
 from fdp_flower.wire import SETUP_PHASE, unpack_arrays
 
 with warnings.catch_warnings():
@@ -46,6 +47,7 @@ class NodeSetup:
     node_of_client: dict[int, int]
     releases: list[GaussianRelease] = field(default_factory=list)
     clipped_rows: dict[int, int] = field(default_factory=dict)
+    site_reports: dict[int, dict] = field(default_factory=dict)  # client -> the site's own totals
 
 
 @dataclass
@@ -69,11 +71,15 @@ def _grid_text(metrics) -> str:
 
 
 def unpack_setup_reply(reply: Message) -> tuple[int, dict | None, dict | None, str | None]:
-    """(node, metrics, arrays, error reason) of one setup reply."""
+    """(node, metrics, arrays, error reason) of one setup reply; the site's own totals, if it
+    reported them, are in ``metrics["site"]``."""
     node = int(reply.metadata.src_node_id)
     if reply.has_error():
         return node, None, None, str(reply.error.reason)
-    return node, dict(reply.content["metrics"]), unpack_arrays(reply.content["arrays"]), None
+    metrics = dict(reply.content["metrics"])
+    if (report := site_report(reply)) is not None:
+        metrics["site"] = report
+    return node, metrics, unpack_arrays(reply.content["arrays"]), None
 
 
 def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None, dict | None, str | None]]
@@ -127,9 +133,10 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
         raise
     sizes = np.array([int(by_client[c][1]["num-examples"]) for c in range(num)])
     node_of_client = {c: int(by_client[c][0]) for c in range(num)}
+    sites = {c: by_client[c][1]["site"] for c in range(num) if "site" in by_client[c][1]}
     b = scenario.basis
     if not basis_kind(b).federated_phase:
-        return NodeSetup(build_basis(scenario), sizes, node_of_client)
+        return NodeSetup(build_basis(scenario), sizes, node_of_client, site_reports=sites)
     seconds, means, releases, clipped = [], [], [], {}
     pre = federated_fpca.scenario_pre_basis(scenario, grid_of(scenario))
     for c in range(num):
@@ -155,4 +162,4 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     basis = federated_fpca.aggregate_basis(seconds, means, sizes, pre, b.n_components, whiten=b.whiten)
     log(INFO, "fdp-flower: federated DP-FPCA basis: K=%d of B=%d, explained variance %.3f", b.n_components,
         pre.n_components, float(np.sum(basis.explained_variance_ratio)))
-    return NodeSetup(basis, sizes, node_of_client, releases, clipped)
+    return NodeSetup(basis, sizes, node_of_client, releases, clipped, sites)

@@ -32,6 +32,7 @@ All functions are pure numpy; randomness comes from an explicit ``np.random.Gene
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -236,17 +237,20 @@ def local_gradient(loss, x: np.ndarray, features: np.ndarray, response: np.ndarr
 
 
 def client_release(*, loss, x_hat: np.ndarray, features: np.ndarray, response: np.ndarray, sigma: float | None,
-                   seed: int, client: int, round_: int) -> np.ndarray:
+                   seed: int, client: int, round_: int, rng: Callable[[], np.random.Generator] | None = None
+                   ) -> np.ndarray:
     """What client ``client`` sends in round ``round_``: grad f_i(xh) + N(0, sigma^2 I).
 
     ``sigma`` None means privacy off (no noise, nothing to record).  The noise
     comes from ``release_rng(seed, client, round_)`` so every engine draws the
-    same values.  Rows of ``features`` must already be clipped to ||a|| <= c1.
+    same values, or from ``rng()`` if given (called once the noise-free gradient is
+    computed: the site's policy and ledger, :mod:`fdp_flower.clients.site`).  Rows of
+    ``features`` must already be clipped to ||a|| <= c1.
     """
     grad = local_gradient(loss, x_hat, features, response)
     if sigma is None:
         return grad
-    return add_gaussian_noise(grad, sigma, release_rng(seed, client, round_))
+    return add_gaussian_noise(grad, sigma, release_rng(seed, client, round_) if rng is None else rng())
 
 
 # ---------------------------------------------------------------- objective, metrics

@@ -17,6 +17,7 @@ for evaluation only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,7 @@ from fdp_flower.algorithms.p2p.pr_admm import (
 )
 from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_dual_step, nfl_primal_step, nfl_sensitivity
 from fdp_flower.core.schedules import StepSchedule
+from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
 
 ALGORITHM_KINDS = ("zcdp_nfl", "dp_nfl", "decentralized_admm", "zcdp_grad_nfl", "pr_admm")
@@ -127,11 +129,15 @@ class NodeRoundResult:
 
 
 def node_round(*, algorithm: P2PAlgorithm, objective, node: int, seed: int, state: NodeState,
-               neighbour_released, neighbour_degrees, features, response) -> NodeRoundResult:
+               neighbour_released, neighbour_degrees, features, response,
+               noise: Callable[[GaussianRelease], np.random.Generator] | None = None) -> NodeRoundResult:
     """Run round ``state.round + 1`` at ``node`` (see the module docstring).
 
     ``neighbour_released`` (|N_i|, K) holds xt_j^{state.round} in the node's neighbour order
     and ``neighbour_degrees`` their degrees (public; grad-NFL's Metropolis weights).
+    ``noise`` (optional) maps the release's ledger event to its noise generator, called once the
+    noise-free step is computed (:meth:`fdp_flower.clients.site.SiteSession.noise_for`); default
+    ``release_rng(seed, node, round)``.
     """
     r = state.round + 1
     if r > algorithm.steps:
@@ -168,6 +174,8 @@ def node_round(*, algorithm: P2PAlgorithm, objective, node: int, seed: int, stat
         released, sens, sigma = x, None, None
     else:
         sens, sigma = params
-        released = add_gaussian_noise(x, sigma, release_rng(seed, node, r))
+        rng = (release_rng(seed, node, r) if noise is None
+               else noise(GaussianRelease(client=node, round=r, sensitivity=sens, sigma=sigma)))
+        released = add_gaussian_noise(x, sigma, rng)
     new_state = NodeState(r, released, dual, link_stat)
     return NodeRoundResult(new_state, x, sens, sigma, int(cut.sum()), iters)

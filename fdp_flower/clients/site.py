@@ -1,0 +1,121 @@
+"""The site's side of every release: its node-config policy, its noise and its on-disk ledger.
+
+Every client worker gets its noise generators from :meth:`SiteSession.noise_for`, the one place
+that decides, for each release, where the noise comes from and whether the site may release
+at all:
+
+- data that are **not node-local** (simulated from the run seed, public tabular sets; the
+  server can compute them itself): the run's ``privacy.noise_source`` (``seeded`` by default,
+  so every engine draws the same noise); no site ledger;
+- **node-local** data (``data.kind: node_files``, a real deployment): the site's own noise
+  (its secret, else OS entropy; the run seed only with ``allow-seeded-noise=true``), its policy
+  (``max-eps``, ``max-delta``, ``neighbouring``, ``allow-nonprivate``) and its ledger, charged
+  and fsynced before the noise is drawn (:mod:`fdp_flower.privacy.site_ledger`).
+
+A refusal is a :class:`~fdp_flower.privacy.site_policy.SiteRefusal`; the ClientApp turns it
+into an error reply (:func:`refusal_reply`): nothing is released and the ledger is unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fdp_flower.privacy.ledger import GaussianRelease
+from fdp_flower.privacy.mechanisms import release_rng
+from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError
+from fdp_flower.privacy.site_policy import (
+    SiteNoise,
+    SitePolicy,
+    SitePolicyError,
+    SiteRefusal,
+    SiteRelease,
+    SiteTotals,
+    check_private,
+)
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import ConfigRecord, Context, Error, Message
+    from flwr.common.constant import ErrorCode
+
+#: What a site refuses with (an error reply, nothing released).
+SITE_ERRORS = (SiteRefusal, SitePolicyError, SiteLedgerError)
+#: Name of the reply's ConfigRecord with the site's own totals.
+SITE_RECORD = "site"
+
+
+def scenario_digest(scenario) -> str:
+    """``sha256:<hex>`` of the resolved scenario (recorded with each release: tells a resumed run,
+    which has a new Flower run id but the same scenario, from a different run)."""
+    text = json.dumps(scenario.model_dump(mode="json"), sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class SiteSession:
+    """The site as one message sees it (build with :meth:`open`)."""
+
+    node_local: bool
+    run_id: int
+    run_seed: int
+    requested_source: str
+    scenario: str = ""
+    policy: SitePolicy | None = None
+    noise: SiteNoise | None = None
+    ledger: SiteLedger | None = None
+    totals: SiteTotals | None = field(default=None, init=False)
+
+    @classmethod
+    def open(cls, context: Context, scenario, *, node_local: bool) -> SiteSession:
+        """The session of ``context`` (node config, run id) for a run of ``scenario``.
+
+        ``node_local``: whether the release is computed from the node's own data
+        (:attr:`fdp_flower.functional.sources.NodeFilesSource.node_local`); only then is the node
+        config's policy read (one-line :class:`SitePolicyError` for a bad key).
+        """
+        requested = str(getattr(scenario.privacy, "noise_source", "seeded"))
+        if not node_local:  # no site ledger, so no run key is needed
+            return cls(False, 0, int(scenario.seed), requested)
+        policy = SitePolicy.from_node_config(context.node_config)
+        return cls(True, int(context.run_id), int(scenario.seed), requested, scenario_digest(scenario), policy,
+                   SiteNoise.of(policy), SiteLedger(policy.ledger_path()))
+
+    def admit(self, private: bool, what: str) -> None:
+        """Refuse ``what`` if it would be released without noise and the site does not allow that."""
+        if self.node_local:
+            check_private(private, self.policy, what)
+
+    def noise_for(self, release: GaussianRelease) -> np.random.Generator:
+        """The generator of ``release``'s noise; on node-local data the release is first checked
+        against the site's policy and ledger and recorded there, fsynced (a refusal raises and
+        records nothing).  Call it after the noise-free value is computed, right before the noise."""
+        if not self.node_local:
+            return release_rng(self.run_seed, release.client, release.round, self.requested_source)
+        source = self.noise.source(self.requested_source, node_local=True)
+        rng = self.noise.release_rng(source, node_local=True, run_seed=self.run_seed, run_id=self.run_id,
+                                     client=release.client, round_=release.round)
+        self.totals = self.ledger.charge(SiteRelease(self.run_id, release, source, self.scenario), self.policy)
+        return rng
+
+    def records(self) -> dict[str, ConfigRecord]:
+        """``{"site": ConfigRecord}`` with the site's totals (lifetime and this run, PLD eps at its
+        max-delta, its neighbouring relation) and noise source, for a reply; empty unless node-local."""
+        if not self.node_local:
+            return {}
+        totals = self.totals if self.totals is not None else self.ledger.totals(self.policy, self.run_id)
+        return {SITE_RECORD: ConfigRecord({**totals.as_record(),
+                                           "noise-source": self.noise.source(self.requested_source,
+                                                                             node_local=True)})}
+
+
+def refusal_reply(msg: Message, exc: Exception) -> Message:
+    """The error reply of a site refusal (code CLIENT_APP_RAISED_EXCEPTION: nothing was released)."""
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=" ".join(str(exc).split())),
+                   reply_to=msg)
+
+
+__all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "refusal_reply", "scenario_digest"]

@@ -1,0 +1,282 @@
+"""A site's own privacy policy: what it accepts, where its noise comes from, what it has spent.
+
+Pure (no Flower, no files): :mod:`fdp_flower.privacy.site_ledger` keeps the entries on the
+node's disk and :mod:`fdp_flower.clients.site` applies the policy to every release of a
+ClientApp.  The server's run config can ask for more privacy, never less: whatever the
+scenario says, a site releases only while its whole ledger -- every release that ever left it,
+in any run -- composes (PLD accountant, the one of :mod:`fdp_flower.privacy.ledger`) to at most
+``max_eps`` at ``max_delta`` under the site's neighbouring relation.
+
+Node config keys (``flower-supernode --node-config '...'``; TOML values):
+
+========================  ===================  ======================================================
+key                       default              meaning
+========================  ===================  ======================================================
+``max-eps``               10.0                 eps the site accepts over its lifetime (all runs)
+``max-delta``             1e-5                 delta at which that eps is computed
+``neighbouring``          ``"replace_one"``    ``"replace_one"`` or ``"add_remove"``
+``allow-nonprivate``      false                accept runs (or releases) without noise
+``allow-seeded-noise``    false                use the run's noise source, e.g. noise from the run
+                                               seed the server knows (reproducibility tests only)
+``noise-secret-file``     (none)               noise from a secret only the site holds (reproducible
+                                               by the site for its own audit)
+``ledger-dir``            ``$FLWR_HOME/``      where the site ledger ``site-ledger.jsonl`` lives
+                          ``fdp-flower-site``  (FLWR_HOME as the SuperNode sees it; Flower's default
+                                               is ``~/.flwr``)
+========================  ===================  ======================================================
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import ConfigDict, Field, model_validator
+
+from fdp_flower.config.base import ScenarioError, _Frozen, validate_mapping
+from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon
+from fdp_flower.privacy.mechanisms import release_rng
+
+#: SeedSequence spawn-key tag of noise derived from a site's secret (the run seed's noise uses
+#: :data:`fdp_flower.privacy.mechanisms.NOISE_STREAM` = 1 and data 2).
+SITE_SECRET_STREAM = 3
+#: Where the site ledger lives when the node config names no ``ledger-dir``: under FLWR_HOME.
+DEFAULT_LEDGER_SUBDIR = "fdp-flower-site"
+#: The site ledger's file name inside its directory.
+LEDGER_FILE_NAME = "site-ledger.jsonl"
+#: Least size of a noise secret (bytes): 128 bits.
+MIN_SECRET_BYTES = 16
+
+SITE_KEYS = ("max-eps", "max-delta", "neighbouring", "allow-nonprivate", "allow-seeded-noise",
+             "noise-secret-file", "ledger-dir")
+#: Where a site's release noise comes from: the run seed (known to the server), the operating
+#: system's CSPRNG, or the site's own secret.
+NOISE_SOURCES = ("seeded", "os_entropy", "secret")
+
+
+class SitePolicyError(ValueError):
+    """A node config the site policy cannot use; one line naming the key."""
+
+
+class SiteRefusal(RuntimeError):
+    """The site refuses a request: nothing is released and its ledger is unchanged."""
+
+
+def flower_home(env: Mapping[str, str] | None = None) -> Path:
+    """FLWR_HOME if set, else Flower's default ``~/.flwr``."""
+    env = os.environ if env is None else env
+    return Path(env["FLWR_HOME"]) if env.get("FLWR_HOME") else Path.home() / ".flwr"
+
+
+class SitePolicy(_Frozen):
+    """What one site accepts, from its node config (keys in the module docstring).
+
+    Fields are validated by their node config keys (``max-eps``, ...); an absent key takes its
+    default.  Build it with :meth:`from_node_config`, which also refuses underscore spellings.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    max_eps: float = Field(10.0, alias="max-eps", gt=0, allow_inf_nan=False,
+                           description="eps the site accepts over its lifetime (every release of every run)")
+    max_delta: float = Field(1e-5, alias="max-delta", gt=0, lt=1, description="delta at which the site's eps "
+                                                                             "is computed")
+    neighbouring: Literal["replace_one", "add_remove"] = Field(
+        "replace_one", description="the site's neighbouring relation (its ledger's sensitivities are "
+                                   "re-expressed in it)")
+    allow_nonprivate: bool = Field(False, alias="allow-nonprivate", description="accept releases without noise")
+    allow_seeded_noise: bool = Field(False, alias="allow-seeded-noise", description="on node-local data, draw "
+                                     "noise from the run's source (the run seed, known to the server): "
+                                     "reproducibility tests only")
+    noise_secret_file: str | None = Field(None, alias="noise-secret-file", min_length=1, max_length=4096,
+                                          description="file whose bytes are the site's noise secret")
+    ledger_dir: str | None = Field(None, alias="ledger-dir", min_length=1, max_length=4096,
+                                   description="directory of site-ledger.jsonl (default $FLWR_HOME/"
+                                               f"{DEFAULT_LEDGER_SUBDIR})")
+
+    @model_validator(mode="after")
+    def _one_noise_choice(self):
+        if self.allow_seeded_noise and self.noise_secret_file is not None:
+            raise ValueError("allow-seeded-noise=true and noise-secret-file are exclusive: choose one")
+        return self
+
+    @classmethod
+    def from_node_config(cls, node_config: Mapping[str, object]) -> SitePolicy:
+        """The policy of a node config (Flower's ``context.node_config``); other keys are ignored,
+        but a site key spelled with underscores (``max_eps``) is an error, so that a typo never
+        silently loosens the policy.  One-line :class:`SitePolicyError`."""
+        for key in node_config:
+            if key not in SITE_KEYS and str(key).replace("_", "-") in SITE_KEYS:
+                raise SitePolicyError(f"node config key {key!r} is not known; did you mean "
+                                      f"{str(key).replace('_', '-')!r}?")
+        try:
+            return validate_mapping(cls, {k: v for k, v in node_config.items() if k in SITE_KEYS}, "node config")
+        except ScenarioError as exc:
+            raise SitePolicyError(str(exc)) from None
+
+    def ledger_path(self, env: Mapping[str, str] | None = None) -> Path:
+        """``<ledger-dir>/site-ledger.jsonl``; without ``ledger-dir``, under FLWR_HOME (``env``, default
+        ``os.environ``; Flower's default ``~/.flwr``)."""
+        base = Path(self.ledger_dir).expanduser() if self.ledger_dir else flower_home(env) / DEFAULT_LEDGER_SUBDIR
+        return base / LEDGER_FILE_NAME
+
+
+@dataclass(frozen=True)
+class SiteNoise:
+    """Where a site's release noise comes from (the site decides for node-local data).
+
+    ``secret`` is the site's noise secret (:func:`read_noise_secret`) or None.
+    """
+
+    policy: SitePolicy
+    secret: int | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, policy: SitePolicy) -> SiteNoise:
+        """Read the policy's secret file, if any."""
+        return cls(policy, None if policy.noise_secret_file is None else read_noise_secret(policy.noise_secret_file))
+
+    def source(self, requested: str, *, node_local: bool) -> str:
+        """The noise source of a release.
+
+        Data that are not node-local (simulated from the run seed, public tabular sets: the
+        server can compute them anyway) follow the run's ``requested`` source (the scenario's
+        ``privacy.noise_source``, ``seeded`` by default).  Node-local data: the site's secret if it
+        gave one, else the operating system's entropy; the run's choice only if the site opted in
+        (``allow-seeded-noise``).
+        """
+        if not node_local or self.policy.allow_seeded_noise:
+            return requested
+        return "secret" if self.secret is not None else "os_entropy"
+
+    def release_rng(self, source: str, *, node_local: bool, run_seed: int, run_id: int, client: int,
+                    round_: int) -> np.random.Generator:
+        """The generator of one release's noise from ``source`` (:meth:`source`).
+
+        ``seeded``: :func:`fdp_flower.privacy.mechanisms.release_rng` of the run seed, refused for
+        node-local data unless the site opted in; ``secret``: a SeedSequence of the site's secret
+        with spawn key (3, run id, client, round), so the site, and only the site, can regenerate
+        its noise; ``os_entropy``: 128 fresh bits from the operating system.
+        """
+        if source == "seeded" and node_local and not self.policy.allow_seeded_noise:
+            raise SiteRefusal("seeded noise on node-local data is refused: the server knows the run seed; set "
+                              "allow-seeded-noise=true in the node config only for reproducibility tests")
+        if source == "secret":
+            if self.secret is None:
+                raise SiteRefusal("noise source 'secret' needs noise-secret-file in the node config")
+            return secret_release_rng(self.secret, run_id, client, round_)
+        if source not in NOISE_SOURCES:
+            raise SiteRefusal(f"noise source must be one of {', '.join(NOISE_SOURCES)}, got {source!r}")
+        return release_rng(run_seed, client, round_, source)
+
+
+def secret_release_rng(secret: int, run_id: int, client: int, round_: int) -> np.random.Generator:
+    """Noise generator of a site secret for (run, client, round) (see :meth:`SiteNoise.release_rng`)."""
+    if min(run_id, client, round_) < 0:
+        raise ValueError(f"run id, client and round must be >= 0, got {run_id}, {client}, {round_}")
+    return np.random.default_rng(np.random.SeedSequence(
+        secret, spawn_key=(SITE_SECRET_STREAM, int(run_id), int(client), int(round_))))
+
+
+def read_noise_secret(path: str | Path) -> int:
+    """The site's secret: SHA-256 of the file's bytes, as an integer (the file needs >= 16 bytes)."""
+    path = Path(path).expanduser()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SitePolicyError(f"node config noise-secret-file {str(path)!r}: {exc.strerror or exc}") from None
+    if len(data) < MIN_SECRET_BYTES:
+        raise SitePolicyError(f"node config noise-secret-file {str(path)!r} holds {len(data)} bytes; a secret needs "
+                              f"at least {MIN_SECRET_BYTES} (e.g. head -c 32 /dev/urandom > {path.name})")
+    return int.from_bytes(hashlib.sha256(data).digest(), "big")
+
+
+# ---------------------------------------------------------------------- what the site spent
+@dataclass(frozen=True)
+class SiteRelease:
+    """One release that left the site: its ledger event and the run it belongs to.
+
+    ``run`` is the Flower run id: a resumed run has a new one, so its releases are charged
+    next to the original run's; within one run a (client, mechanism, round) is released once.
+    """
+
+    run: int
+    release: GaussianRelease
+    noise_source: str
+    scenario: str = ""  # digest of the run's scenario (tells a resumed run from a new one)
+    time: str = ""
+
+    @property
+    def key(self) -> tuple[int, int, str, int]:
+        """What a re-release repeats: (run, client, mechanism, round)."""
+        return (self.run, self.release.client, self.release.mechanism, self.release.round)
+
+
+@dataclass(frozen=True)
+class SiteTotals:
+    """What a site has spent, by the PLD accountant at ``delta`` under ``neighbouring``."""
+
+    eps: float  # every release of the site's lifetime
+    releases: int
+    run_eps: float  # the releases of one run
+    run_releases: int
+    delta: float
+    neighbouring: str
+    max_eps: float
+
+    def as_record(self) -> dict[str, float | int | str]:
+        """The site's report in a reply (a Flower ``ConfigRecord``)."""
+        return {"eps": self.eps, "releases": self.releases, "run-eps": self.run_eps,
+                "run-releases": self.run_releases, "delta": self.delta, "neighbouring": self.neighbouring,
+                "max-eps": self.max_eps}
+
+
+def _under(releases: Sequence[SiteRelease], neighbouring: str) -> list[GaussianRelease]:
+    try:
+        return [r.release.under(neighbouring) for r in releases]
+    except ValueError as exc:
+        raise SiteRefusal(f"site ledger: {exc}") from None
+
+
+def site_totals(history: Sequence[SiteRelease], policy: SitePolicy, run: int) -> SiteTotals:
+    """The site's lifetime and per-run eps (PLD at ``policy.max_delta``, ``policy.neighbouring``)."""
+    in_run = [r for r in history if r.run == run]
+    return SiteTotals(eps=pld_epsilon(_under(history, policy.neighbouring), policy.max_delta),
+                      releases=len(history),
+                      run_eps=pld_epsilon(_under(in_run, policy.neighbouring), policy.max_delta),
+                      run_releases=len(in_run), delta=policy.max_delta, neighbouring=policy.neighbouring,
+                      max_eps=policy.max_eps)
+
+
+def check_release(history: Sequence[SiteRelease], planned: SiteRelease, policy: SitePolicy) -> float:
+    """Refuse ``planned`` (:class:`SiteRefusal`, one line) if it repeats a release of the same run,
+    client, mechanism and round, or if the site's whole ledger plus it would exceed
+    (``max_eps``, ``max_delta``); else return the site's eps after it."""
+    r = planned.release
+    if any(h.key == planned.key for h in history):
+        raise SiteRefusal(f"site refuses a re-release: run {planned.run} already received client {r.client}'s "
+                          f"{r.mechanism} release of round {r.round}")
+    eps_after = pld_epsilon(_under([*history, planned], policy.neighbouring), policy.max_delta)
+    if eps_after > policy.max_eps:
+        eps_now = pld_epsilon(_under(history, policy.neighbouring), policy.max_delta)
+        raise SiteRefusal(f"site refuses: client {r.client}'s {r.mechanism} release of round {r.round} would bring "
+                          f"the site's eps to {eps_after:.6g} > max-eps {policy.max_eps:g} at delta "
+                          f"{policy.max_delta:g} ({policy.neighbouring}, PLD; {eps_now:.6g} spent in "
+                          f"{len(history)} releases)")
+    return eps_after
+
+
+def check_private(private: bool, policy: SitePolicy, what: str) -> None:
+    """Refuse a release without noise (``private`` false) unless the site allows it."""
+    if not private and not policy.allow_nonprivate:
+        raise SiteRefusal(f"site refuses {what} without noise: set allow-nonprivate=true in the node config to "
+                          "accept non-private runs")
+
+
+__all__ = ["NOISE_SOURCES", "SITE_KEYS", "SiteNoise", "SitePolicy", "SitePolicyError", "SiteRefusal", "SiteRelease",
+           "SiteTotals", "check_private", "check_release", "flower_home", "read_noise_secret",
+           "secret_release_rng", "site_totals"]
