@@ -291,7 +291,9 @@ class LoopbackFederation(Federation):
         if self.node_processes[i].poll() is None:
             raise RuntimeError(f"supernode {i} (PID {self.node_processes[i].pid}) is still running")
         restarts = sum(1 for p in self.workdir.glob(f"supernode-{i}-restart*.log"))
-        self.node_processes[i] = self._spawn(f"supernode-{i}-restart{restarts + 1}", self._node_args[i])
+        args = list(self._node_args[i])
+        args[args.index("--port") + 1] = str(free_port())  # the old runtime port may linger in TIME_WAIT
+        self.node_processes[i] = self._spawn(f"supernode-{i}-restart{restarts + 1}", args)
         return self.node_processes[i]
 
 

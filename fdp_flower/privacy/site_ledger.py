@@ -68,8 +68,9 @@ def parse_lines(text: str, path: str | Path = "<site ledger>") -> list[SiteRelea
             entries.append(SiteRelease(int(row["run"]), release, str(row["noise"]), str(row.get("scenario", "")),
                                        str(row.get("time", ""))))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise SiteLedgerError(f"site ledger {path}: line {number} is corrupt "
-                                  f"({type(exc).__name__}: {exc}); fix or move the file").replace("\n", " ") from None
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise SiteLedgerError(f"site ledger {path}: line {number} is corrupt ({reason}); fix or move the file") \
+                from None
     return entries
 
 
@@ -80,13 +81,17 @@ class SiteLedger:
     ----------
     path : str or Path
         The JSON-lines file (:meth:`SitePolicy.ledger_path`).
-    fsync : callable
-        The function that flushes a file descriptor to disk. (default: ``os.fsync``)
+    fsync : callable, optional
+        The function that flushes a file descriptor to disk. (default: ``os.fsync``, looked up at
+        each call)
     """
 
-    def __init__(self, path: str | Path, fsync: Callable[[int], None] = os.fsync) -> None:
+    def __init__(self, path: str | Path, fsync: Callable[[int], None] | None = None) -> None:
         self.path = Path(path)
-        self._fsync = fsync
+        self._fsync_fn = fsync
+
+    def _fsync(self, fd: int) -> None:
+        (self._fsync_fn or os.fsync)(fd)
 
     def read(self) -> list[SiteRelease]:
         """Every release recorded so far (empty if the file does not exist yet)."""
@@ -109,11 +114,15 @@ class SiteLedger:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if created:  # the new file's directory entry must survive a crash too
-                dir_fd = os.open(self.path.parent, os.O_RDONLY)
                 try:
-                    self._fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                    dir_fd = os.open(self.path.parent, os.O_RDONLY)
+                    try:
+                        self._fsync(dir_fd)
+                    finally:
+                        os.close(dir_fd)
+                except OSError as exc:
+                    raise SiteLedgerError(f"site ledger {self.path}: could not create it "
+                                          f"({exc.strerror or exc}); nothing was released") from None
             yield fd
         finally:
             os.close(fd)  # also releases the lock
