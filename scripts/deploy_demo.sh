@@ -6,7 +6,8 @@
 #
 #   scripts/deploy_demo.sh                                  # paper design, fixed cosine basis
 #   scripts/deploy_demo.sh --scenario scenarios/deploy_federated_fpca.yaml
-#   scripts/deploy_demo.sh --dataset tecator --scenario scenarios/tecator.yaml
+#   scripts/deploy_demo.sh --dataset tecator --scenario scenarios/tecator.yaml --site-config 'allow-nonprivate=true'
+#   scripts/deploy_demo.sh --site-config 'max-eps=0.6'      # every site's privacy policy (docs/deployment.md)
 #   PYTHON=/path/to/venv/bin/python scripts/deploy_demo.sh  # default: .venv/bin/python, else python3
 set -euo pipefail
 cd "$(dirname "$0")/.."
