@@ -136,7 +136,9 @@ def exact_gaussian_eps(releases, delta):
     from scipy.optimize import brentq
 
     z = sum((r.sensitivity / r.sigma) ** 2 for r in releases) ** -0.5
-    gap = lambda eps: stats.norm.cdf(0.5 / z - eps * z) - np.exp(eps) * stats.norm.cdf(-0.5 / z - eps * z) - delta  # noqa: E731
+    def gap(eps):
+        return stats.norm.cdf(0.5 / z - eps * z) - np.exp(eps) * stats.norm.cdf(-0.5 / z - eps * z) - delta
+
     return brentq(gap, 0.0, 100.0)
 
 
@@ -428,7 +430,8 @@ def test_the_federated_fpca_summary_follows_the_same_rule(tmp_path, monkeypatch)
 
 
 def test_public_data_keep_the_runs_seeded_noise_and_no_site_ledger(tmp_path, monkeypatch):
-    """Simulated data (the server can generate them from the run seed): every engine's noise, no ledger."""
+    """Simulated data (the server can generate them from the run seed) and files the scenario names:
+    every engine's noise, no site ledger."""
     from fdp_flower.clients.fdp_admm import handle_fdp_admm_train
 
     sc = parse_scenario({"seed": 9, "data": {"n_samples": 80, "grid_points": 21}, "federation": {"num_clients": 2},
@@ -439,6 +442,15 @@ def test_public_data_keep_the_runs_seeded_noise_and_no_site_ledger(tmp_path, mon
     reply = handle_fdp_admm_train(train_message(sc, 1), ctx, sc)
     assert set(reply.content.keys()) == {"arrays", "metrics"}  # no site report
     assert not (tmp_path / "ledger").exists()
+    # node files named by the scenario (a simulation on one machine), not by the node: the same
+    path = node_file(tmp_path)
+    sc = parse_scenario({**node_scenario().model_dump(mode="json"),
+                         "data": {"kind": "node_files", "grid_points": 21, "paths": [str(path), str(path)]}})
+    reply = handle_fdp_admm_train(train_message(sc, 1), ctx, sc)
+    assert set(reply.content.keys()) == {"arrays", "metrics"} and not (tmp_path / "ledger").exists()
+    truth, sigma = noise_free_primal(sc, path, 1)
+    np.testing.assert_allclose(reply.content["arrays"]["noisy_primal"].numpy(),
+                               truth + sigma * release_rng(sc.seed, 0, 1).standard_normal(K), rtol=0, atol=1e-12)
 
 
 def test_the_results_show_the_sites_reports_next_to_the_server_ledger():

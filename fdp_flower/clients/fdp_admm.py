@@ -25,7 +25,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 )
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.clients.common import node_partition
-from fdp_flower.clients.site import SiteSession
+from fdp_flower.clients.site import SiteSession, names_own_data
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.privacy import GaussianRelease
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
@@ -88,7 +88,7 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     on node-local data)."""
     config = msg.content["config"]
     partition = node_partition(context, scenario, int(config["partition-id"]) if "partition-id" in config else None)
-    site = SiteSession.open(context, scenario, node_local=data_source(scenario).node_local)
+    site = SiteSession.open(context, scenario, node_local=names_own_data(context, data_source(scenario)))
     site.admit(scenario.privacy.enabled, "FDP-ADMM primal releases")
     arrays = unpack_arrays(msg.content["arrays"])
     basis = FunctionalBasis.from_arrays({k[len("basis_"):]: v for k, v in arrays.items() if k.startswith("basis_")})

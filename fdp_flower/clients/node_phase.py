@@ -15,7 +15,7 @@ import warnings
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import data_source, grid_of, load_partition
 from fdp_flower.clients.common import node_partition
-from fdp_flower.clients.site import SiteSession
+from fdp_flower.clients.site import SiteSession, names_own_data
 from fdp_flower.functional import federated_fpca
 from fdp_flower.functional.bases import basis_kind
 from fdp_flower.functional.node_files import grid_digest
@@ -37,7 +37,7 @@ def handle_node_setup_query(msg: Message, context: Context, scenario: Scenario) 
     if not source.node_local:
         raise ValueError("the setup phase is for node-local data (data kind 'node_files')")
     partition = node_partition(context, scenario)
-    site = SiteSession.open(context, scenario, node_local=True)
+    site = SiteSession.open(context, scenario, node_local=names_own_data(context, source))
     federated = basis_kind(scenario.basis).federated_phase
     site.admit(scenario.privacy.enabled, "FDP-ADMM primal releases")
     if federated:

@@ -7,7 +7,8 @@ at all:
 - data that are **not node-local** (simulated from the run seed, public tabular sets; the
   server can compute them itself): the run's ``privacy.noise_source`` (``seeded`` by default,
   so every engine draws the same noise); no site ledger;
-- **node-local** data (``data.kind: node_files``, a real deployment): the site's own noise
+- **node-local** data (``data.kind: node_files`` with the file named by the node config's
+  ``data-path``, a real deployment; :func:`names_own_data`): the site's own noise
   (its secret, else OS entropy; the run seed only with ``allow-seeded-noise=true``), its policy
   (``max-eps``, ``max-delta``, ``neighbouring``, ``allow-nonprivate``) and its ledger, charged
   and fsynced before the noise is drawn (:mod:`fdp_flower.privacy.site_ledger`).
@@ -46,6 +47,14 @@ with warnings.catch_warnings():
 SITE_ERRORS = (SiteRefusal, SitePolicyError, SiteLedgerError)
 #: Name of the reply's ConfigRecord with the site's own totals.
 SITE_RECORD = "site"
+
+
+def names_own_data(context: Context, source) -> bool:
+    """Whether the site's policy applies: the data source is node-local (``node_files``) **and** the
+    node config names the node's own file (``data-path``), as in a deployment.  Files named by the
+    scenario's ``data.paths`` (a simulation on one machine, whose author can read them) follow the
+    run's noise source like simulated data."""
+    return bool(source.node_local) and context.node_config.get("data-path") not in (None, "")
 
 
 def scenario_digest(scenario) -> str:
@@ -118,4 +127,4 @@ def refusal_reply(msg: Message, exc: Exception) -> Message:
                    reply_to=msg)
 
 
-__all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "refusal_reply", "scenario_digest"]
+__all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "names_own_data", "refusal_reply", "scenario_digest"]

@@ -107,8 +107,9 @@ class PrivacyConfig(_Frozen):
     noise_source: Literal["seeded", "os_entropy"] = Field(
         "seeded", description="seeded: release noise from the run seed (reproducible); os_entropy: from a "
                               "generator seeded by the operating system's entropy.  Applies to simulation and "
-                              "to data that are not node-local; on node-local data each site decides (OS "
-                              "entropy unless its node config says otherwise, docs/deployment.md)")
+                              "to data the server can compute or read; when a node reads its own file (node config "
+                              "data-path) its site decides: OS entropy unless its node config says otherwise "
+                              "(docs/deployment.md)")
     report_clipped_rows: bool = Field(
         False, description="clients send their count of clipped rows (a data-dependent count outside the "
                            "DP guarantee; always sent when privacy is off)")
