@@ -1,7 +1,7 @@
 """A site's own privacy policy: what it accepts, where its noise comes from, what it has spent.
 
-Pure (no Flower, no files): :mod:`fdp_flower.privacy.site_ledger` keeps the entries on the
-node's disk and :mod:`fdp_flower.clients.site` applies the policy to every release of a
+No Flower, and no file but the noise secret: :mod:`fdp_flower.privacy.site_ledger` keeps the
+entries on the node's disk and :mod:`fdp_flower.clients.site` applies the policy to every release of a
 ClientApp.  The server's run config can ask for more privacy, never less: whatever the
 scenario says, a site releases only while its whole ledger -- every release that ever left it,
 in any run -- composes (PLD accountant, the one of :mod:`fdp_flower.privacy.ledger`) to at most
