@@ -17,6 +17,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     build_objective,
     client_features,
     load_partition,
+    model_dim,
     noise_scales,
 )
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
@@ -47,7 +48,7 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
                            global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
                            round_: int) -> ClientReply:
     """Compute w_i^l from (w^{l-1}, g_i^{l-1}, wt_i^{l-1}) and release wt_i^l = w_i^l + N(0, sigma^2 I)."""
-    dim = basis.n_components
+    dim = model_dim(scenario, basis)
     for name, arr in (("global_w", global_w), ("dual", dual), ("noisy_primal", noisy_primal)):
         if np.shape(arr) != (dim,):
             raise ValueError(f"{name} must have shape ({dim},), got {np.shape(arr)}")

@@ -52,15 +52,23 @@ def loss_curvature(loss, w, features, response) -> np.ndarray:
     raise ValueError(f"the {loss.name!r} loss is not smooth; use the linearized step")
 
 
-def penalty_curvature(penalty: Penalty) -> float:
-    """The constant Hessian factor c of a smooth penalty (P'' = c I); nonsmooth penalties raise."""
+def penalty_curvature(penalty: Penalty, dim: int | None = None):
+    """The constant Hessian of a smooth penalty, P'' = c I; nonsmooth penalties raise.
+
+    Returns the scalar c, or, when the penalty leaves leading coordinates out
+    (``penalty.unpenalized``, an intercept) and ``dim`` is given, the diagonal c mask (dim,).
+    """
     if penalty.kind == "none":
-        return 0.0
-    if penalty.kind == "l2":
-        return 1.0
-    if penalty.kind == "elastic_net" and penalty.lam1 == 0:
-        return 2.0 * penalty.lam2
-    raise ValueError(f"the {penalty.kind!r} penalty is not smooth; use the linearized step")
+        c = 0.0
+    elif penalty.kind == "l2":
+        c = 1.0
+    elif penalty.kind == "elastic_net" and penalty.lam1 == 0:
+        c = 2.0 * penalty.lam2
+    else:
+        raise ValueError(f"the {penalty.kind!r} penalty is not smooth; use the linearized step")
+    if penalty.unpenalized and dim is not None:
+        return c * penalty.mask(dim)
+    return c
 
 
 def is_smooth(loss, penalty: Penalty) -> bool:
@@ -157,8 +165,8 @@ def solve_smooth_reference(features, responses, loss, penalty: Penalty, lam: flo
     lam P'' > 0, and Newton converges quadratically near the solution.
     """
     obj = Objective(loss=loss, penalty=penalty, lam=lam, num_clients=len(features))
-    pc = penalty_curvature(penalty) * lam
     k = features[0].shape[1]
+    pc = penalty_curvature(penalty, k) * lam
     x = np.zeros(k)
 
     def value(z):
@@ -169,7 +177,7 @@ def solve_smooth_reference(features, responses, loss, penalty: Penalty, lam: flo
         g = sum(obj.local_subgradient(x, a, y) for a, y in zip(features, responses))
         if np.linalg.norm(g) <= tol * (1.0 + abs(f)):
             break
-        h = pc * np.eye(k) + sum((a * loss_curvature(loss, x, a, y)[:, None]).T @ a / len(y)
+        h = np.diag(pc * np.ones(k)) + sum((a * loss_curvature(loss, x, a, y)[:, None]).T @ a / len(y)
                                  for a, y in zip(features, responses))
         d = np.linalg.solve(h + 1e-14 * np.eye(k), -g)
         t = 1.0
@@ -186,10 +194,10 @@ def solve_elastic_net_reference(features, responses, loss: SquaredLoss, penalty:
                                 tol: float = 1e-14, max_iter: int = 200_000) -> np.ndarray:
     """Minimizer of sum_i (1/m_i) sum_j huber_R(y - a.x) + lam (lam2 ||x||^2 + lam1 ||x||_1) by FISTA
     with adaptive restart (prox of the l1 part is soft-thresholding), to ||x_{t+1} - x_t|| <= tol."""
-    smooth = Penalty("elastic_net", lam1=0.0, lam2=penalty.lam2)
+    smooth = Penalty("elastic_net", lam1=0.0, lam2=penalty.lam2, unpenalized=penalty.unpenalized)
     obj = Objective(loss=loss, penalty=smooth, lam=lam, num_clients=len(features))
     lip = sum(np.linalg.norm(a, 2) ** 2 / len(y) for a, y in zip(features, responses)) + 2 * lam * penalty.lam2
-    step, thr = 1.0 / lip, lam * penalty.lam1 / lip
+    step, thr = 1.0 / lip, lam * penalty.lam1 / lip * penalty.mask(features[0].shape[1])
     x = y_ = np.zeros(features[0].shape[1])
     t = 1.0
     for _ in range(max_iter):
@@ -213,7 +221,8 @@ def reference_solution(features, responses, loss, penalty: Penalty, lam: float) 
     if isinstance(loss, (AbsoluteLoss, QuantileLoss)):
         return solve_reference(list(features), list(responses), loss, penalty, lam).w, "exact-lp-qp"
     if isinstance(loss, SquaredLoss) and penalty.kind in ("elastic_net", "l1"):
-        pen = penalty if penalty.kind == "elastic_net" else Penalty("elastic_net", lam1=1.0, lam2=0.0)
+        pen = penalty if penalty.kind == "elastic_net" else Penalty("elastic_net", lam1=1.0, lam2=0.0,
+                                                                     unpenalized=penalty.unpenalized)
         return solve_elastic_net_reference(features, responses, loss, pen, lam), "fista"
     return solve_smooth_reference(features, responses, loss, penalty, lam), "newton"
 
