@@ -47,7 +47,32 @@ class NodeFiles(_Frozen):
         return self
 
 
-DataSource = tagged_union(PaperSimulation, NodeFiles, default="paper_simulation")
+class ClientArrays(_Frozen):
+    """Curves a caller holds in memory (:func:`fdp_flower.fit`), one ``.npz`` per client.
+
+    Each file has the node-file layout (arrays ``grid`` (G,), ``curves`` (m_i, G) and
+    ``response`` (m_i,); :mod:`fdp_flower.functional.node_files`); client i reads ``paths[i]``.
+    The grid is the files' own, so it may be non-equispaced; all files must share it.  The
+    arrays never enter the scenario: it names the files and their SHA-256 digests, and a file
+    that changed since is refused.
+    """
+
+    kind: Literal["client_arrays"] = Field("client_arrays", description="variant tag")
+    paths: list[str] = Field(min_length=1, max_length=10_000,
+                             description="one .npz per client (grid, curves, response); client i reads paths[i]")
+    digests: list[str] | None = Field(
+        None, max_length=10_000, description="SHA-256 (hex) of each file; null: not checked")
+    response_offset: float = Field(
+        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client")
+
+    @model_validator(mode="after")
+    def _digests(self):
+        if self.digests is not None and len(self.digests) != len(self.paths):
+            raise ValueError(f"digests has {len(self.digests)} entries for {len(self.paths)} paths")
+        return self
+
+
+DataSource = tagged_union(PaperSimulation, NodeFiles, ClientArrays, default="paper_simulation")
 
 
 # ---------------------------------------------------------------- bases

@@ -126,6 +126,7 @@ def write_results(result, out_dir: str | Path) -> Path:
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:
         arrays.update({f"basis_{k}": v for k, v in result.basis.to_arrays().items()})
+        arrays["basis_kind"] = np.asarray(result.basis.kind)
         # the released model: the scenario's estimator (last iterate, average or tail average)
         intercept, coef = split_coefficients(result.scenario,
                                              result.state.estimate(result.scenario.algorithm.estimator.kind))

@@ -283,6 +283,39 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
                           lam=lam_, c1=c1, x_star=x_star, truth=x0, n_clipped=n_clip, reference_solver=solver)
 
 
+# ---------------------------------------------------------------- caller's arrays
+def arrays_problem(cfg, *, with_reference: bool = True) -> NetworkProblem:
+    """The problem of a ``data.kind: arrays`` section (:class:`fdp_flower.algorithms.p2p.config.P2PArraysData`):
+    node i's rows from ``paths[i]``, with the intercept column of
+    :func:`fdp_flower.core.clipping.intercept_design` when ``intercept`` is set, clipped to ||a|| <= c1."""
+    from fdp_flower.core.clipping import intercept_design
+    from fdp_flower.core.losses import make_loss
+    from fdp_flower.data.tabular import read_arrays_file
+
+    feats, resps, n_clip = [], [], 0
+    for i, path in enumerate(cfg.paths):
+        a, y = read_arrays_file(path, None if cfg.digests is None else cfg.digests[i])
+        if feats and a.shape[1] != feats[0].shape[1] - int(cfg.intercept):
+            raise ValueError(f"{path}: {a.shape[1]} features, the first node's file has "
+                             f"{feats[0].shape[1] - int(cfg.intercept)}")
+        if cfg.loss == "logistic" and not np.all(np.isin(y, (-1.0, 1.0))):
+            raise ValueError(f"{path}: the logistic loss needs labels in {{-1, +1}}")
+        a, c = intercept_design(a, cfg.c1, cfg.intercept_share) if cfg.intercept else clip_rows(a, cfg.c1)
+        n_clip += c
+        feats.append(a)
+        resps.append(y)
+    loss = make_loss(cfg.loss, tau=cfg.tau, residual_bound=cfg.residual_bound)
+    penalty = Penalty(cfg.penalty, lam1=cfg.lam1, lam2=cfg.lam2, unpenalized=int(cfg.intercept))
+    x_star, solver = None, ""
+    if with_reference:
+        try:
+            x_star, solver = reference_solution(feats, resps, loss, penalty, cfg.lam)
+        except ValueError:  # no exact solver for this loss and penalty (e.g. logistic + l1): no normalized error
+            pass
+    return NetworkProblem(name="arrays", features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
+                          lam=cfg.lam, c1=cfg.c1, x_star=x_star, n_clipped=n_clip, reference_solver=solver)
+
+
 # ---------------------------------------------------------------- classification (paper 004)
 def _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng):
     n = len(y)
