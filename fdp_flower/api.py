@@ -246,7 +246,7 @@ def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta:
 
 def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0, delta: float = 1e-5,
         privacy: str = "total", n_clients: int | None = None, client_ids=None, penalty: str = "l1",
-        lam: float = 0.05, rounds: int | None = None, basis="bspline", n_components: int = 10,
+        lam: float = 0.05, rounds: int | None = None, basis="cosine", n_components: int = 10,
         clip: float = 3.0, clip_shape: str = "sphere", intercept: bool = True, intercept_share: float = 0.5,
         response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, estimator: str | None = None,
         basis_eps: float = 1.0, basis_delta: float | None = None, seed: int = 0, noise_source: str = "seeded",
