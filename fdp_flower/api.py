@@ -136,7 +136,7 @@ def curve_inputs(curves, y=None, *, grid=None, response: str = "response", clien
         raise InputError(f"curves have {values.shape[1]} points per curve but the grid has {grid.size}")
     if y is None:
         raise InputError("y: the responses are missing")
-    y = _as_float("y", y).reshape(-1) if np.ndim(y) <= 1 else _as_float("y", y)
+    y = _as_float("y", y)
     if y.shape != (values.shape[0],):
         raise InputError(f"y: expected {values.shape[0]} responses (one per curve), got shape {np.shape(y)}")
     return _finite("curves", values), _finite("y", y), grid, labels

@@ -33,17 +33,23 @@ class NodeFiles(_Frozen):
     grid_start: float = Field(0.0, ge=-1e9, le=1e9, description="first point of the common equispaced grid")
     grid_stop: float = Field(1.0, ge=-1e9, le=1e9, description="last point of the common equispaced grid")
     grid_points: int = Field(100, ge=3, le=10_000, description="number of grid points")
+    grid: list[float] | None = Field(
+        None, min_length=3, max_length=10_000, description="the grid's points, for a non-equispaced grid (strictly "
+                                                          "increasing); replaces grid_start, grid_stop, grid_points")
     paths: list[str] | None = Field(
         None, max_length=10_000, description="per-client files for simulation engines (client i reads paths[i]); a node's "
                           "data-path node config takes precedence")
     response_offset: float = Field(
-        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client (the model has no "
-                         "intercept)")
+        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client "
+                         "(model.intercept fits the rest privately)")
 
     @model_validator(mode="after")
     def _grid(self):
         if not self.grid_stop > self.grid_start:
             raise ValueError("grid_stop must exceed grid_start")
+        if self.grid is not None and not (all(math.isfinite(t) for t in self.grid)
+                                          and all(b > a for a, b in zip(self.grid, self.grid[1:]))):
+            raise ValueError("data.grid must be finite and strictly increasing")
         return self
 
 

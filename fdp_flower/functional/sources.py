@@ -67,6 +67,8 @@ class NodeFilesSource:
 
     def grid(self) -> np.ndarray:
         c = self.config
+        if c.grid is not None:
+            return np.asarray(c.grid, dtype=float)
         return np.linspace(c.grid_start, c.grid_stop, c.grid_points)
 
     def partition_sizes(self) -> np.ndarray:
