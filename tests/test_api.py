@@ -125,6 +125,28 @@ def test_load_results_reads_a_fdp_flower_run_directory(tmp_path):
     assert model.mise(design.true_beta) == pytest.approx(model.history["mise_estimate"].iloc[-1], rel=1e-9)
 
 
+@pytest.mark.parametrize("scenario, overrides", [
+    ("p2p_lad_zcdp_nfl.yaml", ["algorithm.steps=3"]),
+    ("dp_admm_breast_cancer.yaml", ["algorithm.rounds=3", "federation.num_clients=2"]),
+])
+def test_load_results_reads_the_other_families_run_directories(tmp_path, scenario, overrides):
+    from fdp_flower.cli import main
+
+    args = ["run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path)]
+    for o in overrides:
+        args += ["--set", o]
+    assert main(args) == 0
+    model = fdp_flower.load_results(tmp_path)
+    assert isinstance(model, fdp_flower.TabularModel) and len(model.history) >= 3
+    assert model.privacy.private and model.privacy.eps > 0
+    if model.node_w is not None:
+        with np.load(tmp_path / "iterates.npz") as npz:
+            np.testing.assert_allclose(model.node_w, npz["released"][-1])
+    else:
+        with np.load(tmp_path / "final.npz") as npz:
+            np.testing.assert_allclose(model.coefficients, npz["x"])
+
+
 def test_the_federated_fpca_basis_is_charged_to_the_ledger(data):
     model = fdp_flower.fit(data.curves, data.response, grid=GRID, basis="fpca", n_components=4, basis_eps=0.5,
                            **FAST)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from fdp_flower.functional import design
-from fdp_flower.functional.fpca import FunctionalBasis, quadrature_weights
+from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 
 NEIGHBOURING_TEXT = {"replace_one": "replace-one", "add_remove": "add/remove-one"}
