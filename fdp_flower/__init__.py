@@ -13,5 +13,24 @@ Layers, lowest first (docs/architecture.md; ``tests/test_architecture.py`` keeps
 - entry points: ``cli``, ``server_app``, ``client_app``.
 
 Only ``wire``, ``clients``, ``strategies``, ``server_app`` and ``client_app`` import ``flwr``.
+
+The Python API (:mod:`fdp_flower.api`, docs/api.md) is re-exported here lazily, so that
+``import fdp_flower`` loads nothing else: :func:`fit` (FDP-ADMM on curves), :func:`fit_p2p`,
+:func:`fit_gradient` (tabular arrays) and :func:`load_results` (a results directory).
 """
 __version__ = "0.1.0"
+
+_API = ("fit", "fit_p2p", "fit_gradient", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport")
+__all__ = [*_API, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from fdp_flower import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'fdp_flower' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))

@@ -29,6 +29,8 @@ LAYERS = {  # top-level subpackage or module of fdp_flower -> rank
     "cli": 7, "server_app": 8, "client_app": 8, "api": 8,
 }
 FLWR_ALLOWED = {"wire", "clients", "strategies", "server_app", "client_app"}
+#: the package root re-exports the Python API lazily (module __getattr__), its one upward import
+ROOT_REEXPORTS = {"fdp_flower.api"}
 #: pure layers: a fresh interpreter that imports all of them must not load flwr
 PURE = ("config", "core", "privacy", "functional", "data", "algorithms", "outputs")
 
@@ -78,8 +80,10 @@ def test_every_top_level_entry_has_a_layer():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_point_down_the_layers(module):
     rank = LAYERS[_top(module)]
+    allowed = ROOT_REEXPORTS if module == "fdp_flower" else set()
     upward = sorted({name for name in _imports(MODULES[module], module)
-                     if name.startswith("fdp_flower.") and name in MODULES and LAYERS[_top(name)] > rank})
+                     if name.startswith("fdp_flower.") and name in MODULES and LAYERS[_top(name)] > rank
+                     and name not in allowed})
     assert not upward, f"{module} (layer {_top(module)}) imports from higher layers: {upward}"
 
 
@@ -112,3 +116,12 @@ def test_client_app_does_not_load_the_server_side_at_runtime():
             "server = sorted(m for m in sys.modules if m.startswith(('fdp_flower.strategies', 'fdp_flower.server_app')))\n"
             "assert not server, server\n")
     subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], check=True, cwd=PACKAGE.parent)
+
+
+def test_importing_the_package_loads_nothing_until_the_api_is_used():
+    code = ("import sys, fdp_flower\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('fdp_flower.') or m in ('numpy', 'pydantic'))\n"
+            "assert not loaded, loaded\n"
+            "assert callable(fdp_flower.fit) and 'fdp_flower.api' in sys.modules\n"
+            "assert 'flwr' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)

@@ -35,6 +35,12 @@ def test_cli_engine_flower_runs_the_scenario_on_flower(tmp_path, capsys):
     final = np.load(result_dir / "final.npz")
     local = run_fdp_admm(load_scenario(path, OVERRIDES))
     np.testing.assert_allclose(final["state_global_w"], local.state.global_w, rtol=0, atol=1e-10)
+    from fdp_flower import FunctionalModel, load_results
+
+    model = load_results(result_dir)  # the Python API's model, from a Flower run's results
+    expected = FunctionalModel.from_run(local)
+    np.testing.assert_allclose(model.beta_values, expected.beta_values, rtol=0, atol=1e-10)
+    assert model.engine == "flower" and model.privacy.eps == pytest.approx(expected.privacy.eps, rel=1e-9)
     assert _sim_workdirs() == before  # a completed run leaves no FLWR_HOME / logs behind
 
 

@@ -32,3 +32,15 @@ def test_flwr_run_dispatches_p2p_and_gradient_admm(tmp_path):
                                          with_reference=False)
     (result_dir,) = list((tmp_path / "results-1").iterdir())
     np.testing.assert_allclose(np.load(result_dir / "final.npz")["x"], local.state.x, rtol=0, atol=1e-10)
+    # fdp_flower.load_results reads both layouts back into the API's fitted model
+    from fdp_flower import load_results
+
+    gradient = load_results(result_dir)
+    np.testing.assert_allclose(gradient.coefficients, local.state.x, rtol=0, atol=1e-10)
+    assert gradient.privacy.private and gradient.privacy.neighbouring == "add_remove"
+    assert len(gradient.ledger.releases) == 3 * 2 and len(gradient.history) == 3
+    (p2p_dir,) = list((tmp_path / "results-0").iterdir())
+    p2p = load_results(p2p_dir)
+    with np.load(p2p_dir / "iterates.npz") as npz:
+        np.testing.assert_allclose(p2p.node_w, npz["released"][-1])
+    assert p2p.algorithm == "zcdp_nfl" and p2p.privacy.releases == 3

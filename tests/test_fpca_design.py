@@ -12,7 +12,9 @@ from fdp_flower.functional.fpca import (
     choose_n_components,
     fit_pooled_fpca,
     fixed_basis,
+    quadrature_weights,
     simpson_weights,
+    trapezoid_weights,
 )
 
 GRID = design.default_grid()
@@ -112,3 +114,38 @@ def test_mise_of_truth_is_zero_and_of_zero_is_norm():
     assert design.mise(np.zeros_like(beta), beta, GRID) == pytest.approx(np.sum(design.true_coefficients() ** 2), rel=1e-3)
     with pytest.raises(ValueError, match="cannot split"):
         design.partition_bounds(3, 5)
+
+
+def _irregular_grid(points=60, seed=5):
+    rng = np.random.default_rng(seed)
+    return np.r_[0.0, np.sort(rng.uniform(0, 1, points - 2)), 1.0]
+
+
+def test_quadrature_weights_on_an_irregular_grid_are_positive_and_integrate():
+    grid = _irregular_grid()
+    assert np.any(simpson_weights(grid) <= 0)  # what the fallback is for
+    q = quadrature_weights(grid)
+    np.testing.assert_array_equal(q, trapezoid_weights(grid))
+    assert np.all(q > 0)
+    # trapezoid error for a C^2 function: (b - a) h_max^2 max|f''| / 12
+    h = np.diff(grid).max()
+    for f, exact, f2 in ((lambda t: t**2, 1 / 3, 2.0), (lambda t: np.cos(np.pi * t) ** 2, 0.5, 2 * np.pi**2)):
+        assert abs(q @ f(grid) - exact) <= h**2 * f2 / 12
+    np.testing.assert_array_equal(quadrature_weights(GRID), simpson_weights(GRID))
+
+
+def test_bases_on_an_irregular_grid():
+    """Fixed bases are orthonormal in the grid's weighted inner product; pooled FPCA finds the
+    design's leading eigenfunctions (up to sign) from curves observed on an irregular grid."""
+    grid = _irregular_grid(80)
+    q = quadrature_weights(grid)
+    for family in ("cosine", "bspline", "fourier"):
+        b = fixed_basis(family, 6, grid)
+        np.testing.assert_allclose((b.components * q) @ b.components.T, np.eye(6), atol=1e-10)
+    data = design.simulate_slice(3, 0, 4000, tau=0.5, grid=grid)
+    basis = fit_pooled_fpca(data.curves, grid, n_components=3)
+    truth = design.cosine_functions(grid, 3)
+    overlap = np.abs((basis.components * q) @ truth.T)
+    np.testing.assert_allclose(np.diag(overlap), 1.0, atol=0.02)
+    with pytest.raises(ValueError, match="non-equispaced"):
+        fit_pooled_fpca(data.curves, grid, n_components=3, method="skfda")

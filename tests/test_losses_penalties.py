@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdp_flower.core.clipping import clip_rows
+from fdp_flower.core.clipping import clip_rows, intercept_design
 from fdp_flower.core.losses import AbsoluteLoss, LogisticLoss, QuantileLoss, SquaredLoss, make_loss
 from fdp_flower.core.penalties import PENALTY_KINDS, Penalty
 
@@ -110,3 +110,37 @@ def test_clip_rows_bounds_norms_counts_and_keeps_input():
     for bad in (0.0, -1.0, np.inf, np.nan):
         with pytest.raises(ValueError, match="c1"):
             clip_rows(a, bad)
+
+
+@pytest.mark.parametrize("kind", PENALTY_KINDS)
+def test_unpenalized_leading_coordinates_are_outside_the_penalty(kind):
+    w = RNG.standard_normal((3, 5)) * 2
+    pen, free = Penalty(kind), Penalty(kind, unpenalized=1)
+    np.testing.assert_allclose(free.value(w), pen.value(w[:, 1:]))
+    sub = free.subgradient(w)
+    np.testing.assert_array_equal(sub[:, 0], 0.0)
+    np.testing.assert_allclose(sub[:, 1:], pen.subgradient(w[:, 1:]))
+    np.testing.assert_array_equal(free.mask(5), [0, 1, 1, 1, 1])
+    assert free.subgradient_bound(5, 2.0) == pen.subgradient_bound(4, 2.0)
+
+
+@pytest.mark.parametrize("loss", [QuantileLoss(0.9), AbsoluteLoss(), QuantileLoss(0.3)])
+def test_intercept_design_keeps_rows_in_the_clip_set_so_g_is_unchanged(loss):
+    """Rows (c0, a) stay in ||row|| <= c1 (sphere) and ||row / (c1, s)|| <= 1 (ellipsoid): the per-sample
+    gradient bound G of the loss at c1 holds for the extended rows, at any w and y."""
+    c1, share = 2.0, 0.6
+    a = RNG.standard_normal((500, 4)) * 3
+    rows, n = intercept_design(a, c1, share)
+    assert rows.shape == (500, 5) and n > 0
+    np.testing.assert_allclose(rows[:, 0], share * c1)
+    assert np.all(np.linalg.norm(rows, axis=1) <= c1 * (1 + 1e-12))
+    np.testing.assert_allclose(np.linalg.norm(rows[:, 1:], axis=1).max(), c1 * np.sqrt(1 - share**2))
+    w, y = RNG.standard_normal(5) * 10, RNG.standard_normal(500) * 10
+    grads = loss.per_sample_derivative(w, rows, y)[:, None] * rows
+    assert np.linalg.norm(grads, axis=1).max() <= loss.gradient_bound(c1) * (1 + 1e-12)
+    scales = np.array([1.0, 0.5, 0.25, 0.1]) * c1
+    rows_e, _ = intercept_design(a, c1, share, scales)
+    full = np.r_[c1, scales]
+    assert np.all(np.linalg.norm(rows_e / full, axis=1) <= 1 + 1e-12)
+    with pytest.raises(ValueError, match="share"):
+        intercept_design(a, c1, 1.0)

@@ -179,3 +179,27 @@ def test_parquet_round_trip_or_clear_error(tmp_path):
     back = read_node_file(write_node_file(tmp_path / "n.parquet", data))
     np.testing.assert_array_equal(back.curves, data.curves)
     np.testing.assert_array_equal(back.grid, data.grid)
+
+
+def test_node_files_on_a_non_equispaced_grid(tmp_path):
+    """data.grid names an irregular grid: node files on it run (and the setup check compares against it);
+    a file on the equispaced grid of the same size is refused."""
+    from fdp_flower.engines.inprocess import run_fdp_admm
+    from fdp_flower.functional import design
+
+    rng = np.random.default_rng(2)
+    grid = np.r_[0.0, np.sort(rng.uniform(0, 1, 28)), 1.0]
+    data = design.simulate_slice(1, 0, 300, tau=0.5, grid=grid)
+    paths = write_partitions(partition(data, 3), tmp_path / "irregular", "npz")
+    common = {"data": {"kind": "node_files", "grid": grid.tolist(), "paths": [str(p) for p in paths]},
+              "federation": {"num_clients": 3}, "basis": {"kind": "fixed", "n_components": 5},
+              "algorithm": {"rounds": 3}, "privacy": {"enabled": False}}
+    result = run_fdp_admm(parse_scenario(common), with_reference=False)
+    np.testing.assert_array_equal(result.basis.grid, grid)
+    even = write_partitions(partition(design.simulate_slice(1, 0, 300, tau=0.5, grid=np.linspace(0, 1, 30)), 3),
+                            tmp_path / "even", "npz")
+    with pytest.raises(NodeDataError, match="grid differs from the scenario's grid"):
+        run_fdp_admm(parse_scenario({**common, "data": {**common["data"], "paths": [str(p) for p in even]}}),
+                     with_reference=False)
+    with pytest.raises(ScenarioError, match="data.grid.*strictly increasing"):
+        parse_scenario({"data": {"kind": "node_files", "grid": [0.0, 0.5, 0.4]}})

@@ -19,12 +19,14 @@ def _clients(sizes=(60, 90, 75), k=3):
     return feats, resp
 
 
-def _primal_lp(feats, resp, tau, lam, l1=True):
-    """The textbook primal LP (w = w+ - w-, residual split u+ - u-), solved independently."""
+def _primal_lp(feats, resp, tau, lam, l1=True, free=0):
+    """The textbook primal LP (w = w+ - w-, residual split u+ - u-), solved independently;
+    the ``free`` leading coordinates cost nothing (an unpenalized intercept)."""
     a, y = np.vstack(feats), np.concatenate(resp)
     c = np.concatenate([np.full(len(r), 1 / len(r)) for r in resp])
     n, k = a.shape
-    cost = np.concatenate([np.full(2 * k, lam if l1 else 0.0), tau * c, (1 - tau) * c])
+    weight = np.where(np.arange(k) < free, 0.0, lam if l1 else 0.0)
+    cost = np.concatenate([weight, weight, tau * c, (1 - tau) * c])
     a_eq = np.hstack([a, -a, np.eye(n), -np.eye(n)])
     res = optimize.linprog(cost, A_eq=a_eq, b_eq=y, bounds=(0, None), method="highs")
     return res.fun
@@ -38,6 +40,42 @@ def test_dual_lp_matches_the_primal_lp(tau, kind):
     ref = solve_reference(feats, resp, loss, pen, 0.3)
     assert ref.objective == pytest.approx(_primal_lp(feats, resp, tau, 0.3, kind == "l1"), rel=1e-9)
     assert ref.objective == pytest.approx(pooled_objective(ref.w, feats, resp, loss, pen, 0.3))
+
+
+@pytest.mark.parametrize("tau", [0.2, 0.9])
+def test_unpenalized_intercept_matches_the_primal_lp_and_scikit_learn(tau):
+    """A leading intercept column outside the l1 penalty (Penalty.unpenalized = 1): the dual LP
+    equals the primal LP with a free coordinate and, on one client, scikit-learn's
+    QuantileRegressor (which never penalizes its intercept)."""
+    from sklearn.linear_model import QuantileRegressor
+
+    feats, resp = _clients()
+    feats = [np.c_[np.ones(len(a)), a] for a in feats]
+    resp = [r + 4.0 for r in resp]
+    loss, pen = QuantileLoss(tau), Penalty("l1", unpenalized=1)
+    ref = solve_reference(feats, resp, loss, pen, 0.05)
+    assert ref.objective == pytest.approx(_primal_lp(feats, resp, tau, 0.05, free=1), rel=1e-9)
+    a, y = np.vstack(feats), np.concatenate(resp)
+    one = solve_reference([a], [y], loss, pen, 0.05)
+    sk = QuantileRegressor(quantile=tau, alpha=0.05, solver="highs").fit(a[:, 1:], y)
+    np.testing.assert_allclose(one.w, np.r_[sk.intercept_, sk.coef_], atol=1e-7)
+    penalized = solve_reference(feats, resp, loss, Penalty("l1"), 0.05)
+    assert abs(penalized.w[0] - ref.w[0]) > 1e-3  # the penalty on w_0 would have shrunk it
+
+
+@pytest.mark.parametrize("kind", ["l2", "elastic_net"])
+def test_conic_solution_with_unpenalized_intercept_is_a_minimum(kind):
+    feats, resp = _clients()
+    feats = [np.c_[np.ones(len(a)), a] for a in feats]
+    resp = [r + 4.0 for r in resp]
+    loss, pen = QuantileLoss(0.3), Penalty(kind, lam1=0.5, lam2=0.4, unpenalized=1)
+    ref = solve_reference(feats, resp, loss, pen, 0.8)
+    f = lambda w: pooled_objective(w, feats, resp, loss, pen, 0.8)  # noqa: E731
+    assert ref.objective == pytest.approx(f(ref.w), rel=1e-12)
+    for step in (1e-2, 1e-4):
+        for d in np.vstack([np.eye(4), -np.eye(4), RNG.standard_normal((20, 4))]):
+            assert f(ref.w + step * d / np.linalg.norm(d)) >= ref.objective - 1e-9
+    assert ref.w[0] > 2.5  # not shrunk towards 0 by the penalty
 
 
 @pytest.mark.parametrize("kind", ["l2", "elastic_net"])

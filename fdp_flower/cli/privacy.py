@@ -99,7 +99,7 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
         raise ScenarioError("the basis size K is chosen from data (explained_variance); "
                             "give basis.n_components to compute the releases without data")
     sizes = partition_sizes(scenario)
-    plan = NoisePlan(scenario, int(dim))
+    plan = NoisePlan(scenario, int(dim) + int(scenario.model.intercept))
     ledger = PrivacyLedger()
     if not plan.private:
         return ledger, sizes

@@ -20,6 +20,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     client_features,
     data_source,
     load_partition,
+    model_dim,
     noise_scales,
     primal_release,
 )
@@ -59,7 +60,7 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
     step is computed (:meth:`fdp_flower.clients.site.SiteSession.noise_for`: the site's policy and
     ledger); default ``release_rng(seed, partition, round, privacy.noise_source)``.
     """
-    dim = basis.n_components
+    dim = model_dim(scenario, basis)
     for name, arr in (("global_w", global_w), ("dual", dual), ("noisy_primal", noisy_primal)):
         if np.shape(arr) != (dim,):
             raise ValueError(f"{name} must have shape ({dim},), got {np.shape(arr)}")

@@ -53,7 +53,7 @@ def _format_error(source: str, exc: ValidationError) -> str:
     return f"{source}: " + "; ".join(parts)
 
 
-_UNION_TAGS = {"paper_simulation", "node_files", "pooled", "fixed", "federated_dp", "provided", "theorem2",
+_UNION_TAGS = {"paper_simulation", "node_files", "client_arrays", "pooled", "fixed", "federated_dp", "provided", "theorem2",
                "constant", "inv_sqrt", "inv", "fdp_admm",
                "geometric", "periodic", "iteration"}
 

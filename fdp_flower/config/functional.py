@@ -33,21 +33,52 @@ class NodeFiles(_Frozen):
     grid_start: float = Field(0.0, ge=-1e9, le=1e9, description="first point of the common equispaced grid")
     grid_stop: float = Field(1.0, ge=-1e9, le=1e9, description="last point of the common equispaced grid")
     grid_points: int = Field(100, ge=3, le=10_000, description="number of grid points")
+    grid: list[float] | None = Field(
+        None, min_length=3, max_length=10_000, description="the grid's points, for a non-equispaced grid (strictly "
+                                                          "increasing); replaces grid_start, grid_stop, grid_points")
     paths: list[str] | None = Field(
         None, max_length=10_000, description="per-client files for simulation engines (client i reads paths[i]); a node's "
                           "data-path node config takes precedence")
     response_offset: float = Field(
-        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client (the model has no "
-                         "intercept)")
+        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client "
+                         "(model.intercept fits the rest privately)")
 
     @model_validator(mode="after")
     def _grid(self):
         if not self.grid_stop > self.grid_start:
             raise ValueError("grid_stop must exceed grid_start")
+        if self.grid is not None and not (all(math.isfinite(t) for t in self.grid)
+                                          and all(b > a for a, b in zip(self.grid, self.grid[1:]))):
+            raise ValueError("data.grid must be finite and strictly increasing")
         return self
 
 
-DataSource = tagged_union(PaperSimulation, NodeFiles, default="paper_simulation")
+class ClientArrays(_Frozen):
+    """Curves a caller holds in memory (:func:`fdp_flower.fit`), one ``.npz`` per client.
+
+    Each file has the node-file layout (arrays ``grid`` (G,), ``curves`` (m_i, G) and
+    ``response`` (m_i,); :mod:`fdp_flower.functional.node_files`); client i reads ``paths[i]``.
+    The grid is the files' own, so it may be non-equispaced; all files must share it.  The
+    arrays never enter the scenario: it names the files and their SHA-256 digests, and a file
+    that changed since is refused.
+    """
+
+    kind: Literal["client_arrays"] = Field("client_arrays", description="variant tag")
+    paths: list[str] = Field(min_length=1, max_length=10_000,
+                             description="one .npz per client (grid, curves, response); client i reads paths[i]")
+    digests: list[str] | None = Field(
+        None, max_length=10_000, description="SHA-256 (hex) of each file; null: not checked")
+    response_offset: float = Field(
+        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client")
+
+    @model_validator(mode="after")
+    def _digests(self):
+        if self.digests is not None and len(self.digests) != len(self.paths):
+            raise ValueError(f"digests has {len(self.digests)} entries for {len(self.paths)} paths")
+        return self
+
+
+DataSource = tagged_union(PaperSimulation, NodeFiles, ClientArrays, default="paper_simulation")
 
 
 # ---------------------------------------------------------------- bases

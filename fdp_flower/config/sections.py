@@ -32,6 +32,12 @@ class ModelConfig(_Frozen):
         "sphere", description="sphere: rows clipped to ||a|| <= c1, isotropic noise; ellipsoid: rows clipped to "
                               "sum_k a_k^2 / (c1^2 lambda_k) <= 1 with the FPCA basis's score variances lambda_k "
                               "and noise shaped by c1 sqrt(lambda_k) (FPCA bases only; docs/choosing_a_budget.md)")
+    intercept: bool = Field(
+        False, description="fit an intercept: every client prepends the public constant c0 = intercept_share c1 to "
+                           "its rows and clips its scores to the room left (c1 sqrt(1 - share^2)), so G and the "
+                           "noise multiplier are unchanged; the intercept is left out of the penalty (docs/api.md)")
+    intercept_share: float = Field(
+        0.5, gt=0, lt=1, description="c0 / c1: the intercept column's share of the clip radius")
 
 
 # ---------------------------------------------------------------- step sizes

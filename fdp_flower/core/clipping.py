@@ -38,3 +38,32 @@ def clip_rows_ellipsoid(features: np.ndarray, scales: np.ndarray) -> tuple[np.nd
     norms = np.linalg.norm(features / scales, axis=-1, keepdims=True)
     factor = np.minimum(1.0, 1.0 / np.maximum(norms, np.finfo(float).tiny))
     return features * factor, int(np.count_nonzero(norms[..., 0] > 1.0))
+
+
+def intercept_design(features: np.ndarray, c1: float, share: float,
+                     scales: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Rows (c0, a_j) with a public intercept column c0 = share c1, every row still inside the clip set.
+
+    The intercept is the coefficient of a constant feature.  The constant is public and the same
+    for every record, so it is appended on the client and the remaining room is left to the data:
+
+    - sphere (``scales`` None): a_j is clipped to ||a_j|| <= c1 sqrt(1 - share^2), so
+      ||(c0, a_j)||^2 <= c0^2 + c1^2 (1 - share^2) = c1^2;
+    - ellipsoid (``scales`` s (K,), the noise shape of the scores): a_j is clipped to
+      ||a_j / s|| <= sqrt(1 - share^2) and the intercept coordinate has scale c1, so
+      ||(c0, a_j) / (c1, s)||^2 <= share^2 + 1 - share^2 = 1.
+
+    Either way every row satisfies the bound the per-sample gradient bound G and hence every
+    sensitivity of the run were computed for (||row|| <= c1, resp. ||row / (c1, s)|| <= 1):
+    appending the column changes neither G nor the noise multiplier, only the dimension
+    (K + 1).  Returns the (m, K + 1) rows and the number of score rows clipped.
+    """
+    if not 0 < share < 1:
+        raise ValueError(f"the intercept share must be in (0, 1), got {share}")
+    room = float(np.sqrt(1.0 - share * share))
+    if scales is None:
+        clipped, count = clip_rows(features, c1 * room)
+    else:
+        clipped, count = clip_rows_ellipsoid(features, np.asarray(scales, dtype=float) * room)
+    column = np.full(clipped.shape[:-1] + (1,), share * c1)
+    return np.concatenate([column, clipped], axis=-1), count

@@ -21,6 +21,9 @@ class Penalty:
         SCAD shape (default: 3.7).
     gamma : float
         MCP shape (default: 3.0).
+    unpenalized : int
+        Number of leading coordinates left out of P, e.g. 1 for an intercept in w_0:
+        P(w) = P(w_u, ..., w_{K-1}) and P'(w)_j = 0 for j < u (default: 0).
     """
 
     kind: str = "l1"
@@ -28,6 +31,7 @@ class Penalty:
     lam2: float = 1.0
     a: float = 3.7
     gamma: float = 3.0
+    unpenalized: int = 0
 
     def __post_init__(self):
         if self.kind not in PENALTY_KINDS:
@@ -38,10 +42,18 @@ class Penalty:
             raise ValueError(f"SCAD needs a > 2, got {self.a}")
         if self.gamma <= 1:
             raise ValueError(f"MCP needs gamma > 1, got {self.gamma}")
+        if self.unpenalized < 0:
+            raise ValueError(f"unpenalized must be >= 0, got {self.unpenalized}")
+
+    def mask(self, dim: int) -> np.ndarray:
+        """(dim,) weights of the coordinates in P: 0 for the ``unpenalized`` leading ones, else 1."""
+        out = np.ones(dim)
+        out[: self.unpenalized] = 0.0
+        return out
 
     def value(self, w: np.ndarray) -> np.ndarray:
-        """P(w), summed over the last axis."""
-        w = np.asarray(w, dtype=float)
+        """P(w), summed over the last axis (the ``unpenalized`` leading coordinates left out)."""
+        w = np.asarray(w, dtype=float)[..., self.unpenalized:]
         aw = np.abs(w)
         if self.kind == "l1":
             return aw.sum(-1)
@@ -64,8 +76,15 @@ class Penalty:
         return np.zeros(w.shape[:-1])
 
     def subgradient(self, w: np.ndarray) -> np.ndarray:
-        """P'(w) elementwise, with P'(0) = 0."""
+        """P'(w) elementwise, with P'(0) = 0 and 0 on the ``unpenalized`` leading coordinates."""
         w = np.asarray(w, dtype=float)
+        if self.unpenalized:
+            out = self._subgradient(w)
+            out[..., : self.unpenalized] = 0.0
+            return out
+        return self._subgradient(w)
+
+    def _subgradient(self, w: np.ndarray) -> np.ndarray:
         s = np.sign(w)
         aw = np.abs(w)
         if self.kind == "l1":
@@ -83,6 +102,7 @@ class Penalty:
 
     def subgradient_bound(self, dim: int, weight_bound: float = np.inf) -> float:
         """A bound c2 on ||P'(w)|| (l1: sqrt(K)); for l2-type penalties needs ||w|| bound."""
+        dim = max(int(dim) - self.unpenalized, 0)
         if self.kind in ("l1", "scad", "mcp"):
             return float(np.sqrt(dim))
         if self.kind == "l2":

@@ -7,7 +7,9 @@ from fdp_flower.data.tabular import (
     encode_adult,
     load_adult_raw,
     load_breast_cancer_binary,
+    read_arrays_file,
     train_test_split_binary,
+    write_arrays_file,
 )
 
 __all__ = [
@@ -18,5 +20,7 @@ __all__ = [
     "encode_adult",
     "load_adult_raw",
     "load_breast_cancer_binary",
+    "read_arrays_file",
     "train_test_split_binary",
+    "write_arrays_file",
 ]

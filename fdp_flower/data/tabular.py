@@ -292,3 +292,42 @@ def train_test_split_binary(x: np.ndarray, y: np.ndarray, *, test_fraction: floa
     te, tr = perm[:n_test], perm[n_test:]
     names = tuple(f"x{j}" for j in range(x.shape[1]))
     return TabularSplit(x[tr], y[tr], x[te], y[te], names)
+
+
+# ---------------------------------------------------------------- per-client array files
+def write_arrays_file(path: str | Path, features: np.ndarray, response: np.ndarray) -> Path:
+    """One client's tabular rows as an ``.npz`` with arrays ``features`` (m, K) and ``response`` (m,)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, features=np.asarray(features, dtype=float), response=np.asarray(response, dtype=float))
+    return path
+
+
+def read_arrays_file(path: str | Path, digest: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(features (m, K), response (m,)) of a file written by :func:`write_arrays_file`, validated;
+    ``digest``: the expected SHA-256 of the file (None: not checked).  Problems raise a one-line
+    ``ValueError`` naming the file."""
+    import zipfile
+
+    from fdp_flower.functional.node_files import NodeDataError, check_digest
+
+    path = Path(path)
+    if not path.is_file():
+        raise NodeDataError(f"{path}: data file not found")
+    check_digest(path, digest)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in ("features", "response") if k not in npz.files]
+            if missing:
+                raise NodeDataError(f"{path}: missing array(s) {', '.join(missing)}")
+            features, response = np.asarray(npz["features"], dtype=float), np.asarray(npz["response"], dtype=float)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        if isinstance(exc, NodeDataError):
+            raise
+        raise NodeDataError(f"{path}: not a readable .npz file ({exc})") from None
+    if features.ndim != 2 or features.shape[0] < 1 or response.shape != (features.shape[0],):
+        raise NodeDataError(f"{path}: expected features (m, K) and response (m,) with m >= 1, got "
+                            f"{features.shape} and {response.shape}")
+    if not (np.all(np.isfinite(features)) and np.all(np.isfinite(response))):
+        raise NodeDataError(f"{path}: NaN or infinite values")
+    return features, response

@@ -39,7 +39,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
-from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, data_source, noise_scales, tail_start
+from fdp_flower.algorithms.fdp_admm.plan import (
+    NoisePlan,
+    build_objective,
+    data_source,
+    noise_scales,
+    split_coefficients,
+    tail_start,
+)
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, client_primal_step
 from fdp_flower.core.losses import QuantileLoss
@@ -93,6 +100,7 @@ def data_key(scenario: Scenario) -> str:
     dump = scenario.model_dump(mode="json", include={"seed", "data", "federation", "basis"})
     dump["clip_c1"] = scenario.model.clip_c1
     dump["clip_shape"] = scenario.model.clip_shape
+    dump["intercept"] = (scenario.model.intercept, scenario.model.intercept_share)
     dump["noise_source"] = getattr(scenario.privacy, "noise_source", "seeded")
     if data_source(scenario).tau_shift(0.5) is None:
         dump["loss"] = scenario.model.loss.model_dump(mode="json")  # responses may depend on the loss
@@ -189,10 +197,10 @@ def _batched_loss_terms(loss, data: SharedData, y: np.ndarray, w: np.ndarray, *,
     return (np.matmul(d, data.features) / counts).transpose(1, 0, 2)
 
 
-def _mise(basis: FunctionalBasis, beta: np.ndarray | None, w: np.ndarray) -> np.ndarray:
+def _mise(scenario: Scenario, basis: FunctionalBasis, beta: np.ndarray | None, w: np.ndarray) -> np.ndarray:
     if beta is None:
         return np.full(w.shape[:-1], np.nan)
-    return design.mise(basis.function(w), beta, basis.grid)
+    return design.mise(basis.function(split_coefficients(scenario, w)[1]), beta, basis.grid)
 
 
 def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple], noise: np.ndarray | None,
@@ -231,9 +239,9 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
         if traces is not None:
             traces[l - 1] = state.global_w
         if history or l == rounds:  # metrics: every round, or only the last
-            mise = _mise(data.basis, data.beta, state.global_w)
-            mise_avg = _mise(data.basis, data.beta, state.average_global_w)
-            mise_estimate = _mise(data.basis, data.beta, state.estimate(sc0.algorithm.estimator.kind))
+            mise = _mise(sc0, data.basis, data.beta, state.global_w)
+            mise_avg = _mise(sc0, data.basis, data.beta, state.average_global_w)
+            mise_estimate = _mise(sc0, data.basis, data.beta, state.estimate(sc0.algorithm.estimator.kind))
             extra = {}
             if full_metrics:
                 extra["empirical_loss"] = _batched_loss_terms(objective.loss, data, y, state.noisy_primals,

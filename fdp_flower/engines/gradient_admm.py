@@ -236,8 +236,8 @@ class ScenarioData:
 
     features: tuple[np.ndarray, ...]
     labels: tuple[np.ndarray, ...]
-    test_features: np.ndarray
-    test_labels: np.ndarray
+    test_features: np.ndarray | None
+    test_labels: np.ndarray | None
     matrix: np.ndarray
 
 
@@ -247,14 +247,18 @@ def load_scenario_data(scenario) -> ScenarioData:
     Flower node, gets the same partitions.
 
     A = [W; I] is estimated on the pooled training rows (non-private, as in paper 003).
+    A caller's arrays (``data.kind: arrays``) come already split, one file per client; with
+    ``data.intercept`` every row gets the intercept column of
+    :func:`fdp_flower.core.clipping.intercept_design` and A a zero column for it (the intercept
+    is outside the penalty lam ||A x||_1).
     """
-    from fdp_flower.algorithms.gradient_admm.update import graph_guided_matrix, lasso_matrix
     from fdp_flower.data import adult_a9a, load_breast_cancer_binary, train_test_split_binary
     from fdp_flower.privacy.mechanisms import DATA_STREAM
 
     data_rng = np.random.default_rng(np.random.SeedSequence(scenario.seed, spawn_key=(DATA_STREAM,)))
     src = scenario.data
-    c1 = scenario.model.clip_c1
+    if src.kind == "arrays":
+        return _arrays_scenario_data(scenario)
     if src.kind == "adult_a9a":
         # rows are divided by sqrt(14) (public) when normalise is set; clipping to c1 is the client's
         split = adult_a9a(src.path, c1=1e300, normalise=src.normalise)
@@ -269,15 +273,47 @@ def load_scenario_data(scenario) -> ScenarioData:
         x_tr, y_tr, x_te, y_te = split.x_train, split.y_train, split.x_test, split.y_test
     else:  # pragma: no cover - the config union forbids it
         raise ValueError(f"unknown data source {src.kind!r}")
-    con = scenario.model.constraint
-    if con.kind == "graph_guided":
-        matrix = graph_guided_matrix(clip_rows(x_tr, c1)[0], alpha=con.alpha, max_iter=con.max_iter)
-    elif con.kind == "lasso":
-        matrix = lasso_matrix(x_tr.shape[1])
-    else:
-        matrix = load_matrix(con.path, x_tr.shape[1])
+    matrix = constraint_matrix(scenario, x_tr)
     fa, fy = split_clients(x_tr, y_tr, scenario.federation.num_clients, data_rng)
     return ScenarioData(tuple(fa), tuple(fy), x_te, y_te, matrix)
+
+
+def constraint_matrix(scenario, features: np.ndarray) -> np.ndarray:
+    """A of ``model.constraint`` for rows ``features`` (n, d) (graph-guided: estimated on them, clipped to c1)."""
+    from fdp_flower.algorithms.gradient_admm.update import graph_guided_matrix, lasso_matrix
+
+    con = scenario.model.constraint
+    if con.kind == "graph_guided":
+        return graph_guided_matrix(clip_rows(features, scenario.model.clip_c1)[0], alpha=con.alpha,
+                                   max_iter=con.max_iter)
+    if con.kind == "lasso":
+        return lasso_matrix(features.shape[1])
+    return load_matrix(con.path, features.shape[1])
+
+
+def _arrays_scenario_data(scenario) -> ScenarioData:
+    from fdp_flower.core.clipping import intercept_design
+    from fdp_flower.data.tabular import read_arrays_file
+
+    src, c1 = scenario.data, scenario.model.clip_c1
+    parts = [read_arrays_file(p, None if src.digests is None else src.digests[i]) for i, p in enumerate(src.paths)]
+    dims = {a.shape[1] for a, _ in parts}
+    if len(dims) != 1:
+        raise ValueError(f"data.paths: the clients' files have different numbers of features {sorted(dims)}")
+    if scenario.model.loss.kind == "logistic" and not all(np.all(np.isin(y, (-1.0, 1.0))) for _, y in parts):
+        raise ValueError("data.paths: the logistic loss needs labels in {-1, +1}")
+    test = read_arrays_file(src.test_path) if src.test_path else None
+    if not src.intercept:
+        matrix = constraint_matrix(scenario, np.vstack([a for a, _ in parts]))
+        return ScenarioData(tuple(a for a, _ in parts), tuple(y for _, y in parts),
+                            None if test is None else test[0], None if test is None else test[1], matrix)
+    room = c1 * float(np.sqrt(1.0 - src.intercept_share ** 2))
+    scores = np.vstack([clip_rows(a, room)[0] for a, _ in parts])
+    matrix = constraint_matrix(scenario, scores)
+    matrix = np.hstack([np.zeros((matrix.shape[0], 1)), matrix])  # the intercept is outside ||A x||_1
+    features = tuple(intercept_design(a, c1, src.intercept_share)[0] for a, _ in parts)
+    test_x = None if test is None else intercept_design(test[0], c1, src.intercept_share)[0]
+    return ScenarioData(features, tuple(y for _, y in parts), test_x, None if test is None else test[1], matrix)
 
 
 def load_matrix(path: str, dim: int) -> np.ndarray:

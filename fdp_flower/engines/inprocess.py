@@ -19,6 +19,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     NoisePlan,
     build_objective,
     initial_state,
+    model_dim,
     noise_scales,
     primal_release,
     privacy_columns,
@@ -76,7 +77,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     sizes, basis, features, responses, clipped, evaluator = simulation_setup(
         scenario, with_reference=with_reference)
     objective = build_objective(scenario)
-    dim = basis.n_components
+    dim = model_dim(scenario, basis)
     plan = NoisePlan(scenario, dim)
     scales = noise_scales(scenario, basis)
     rho = scenario.algorithm.rho

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from fdp_flower.functional.fpca import simpson_weights
+from fdp_flower.functional.fpca import quadrature_weights
 from fdp_flower.privacy.mechanisms import DATA_STREAM
 
 N_TERMS = 50
@@ -117,5 +117,6 @@ def simulate_partition(seed: int, n: int, num_partitions: int, partition: int, *
 
 
 def mise(beta_hat: np.ndarray, beta: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """int (beta_hat - beta)^2 over the grid by Simpson's rule; beta_hat (..., G)."""
-    return ((np.asarray(beta_hat) - beta) ** 2) @ simpson_weights(grid)
+    """int (beta_hat - beta)^2 over the grid (:func:`fdp_flower.functional.fpca.quadrature_weights`:
+    Simpson's rule, or the trapezoidal rule where Simpson's weights are not all positive); beta_hat (..., G)."""
+    return ((np.asarray(beta_hat) - beta) ** 2) @ quadrature_weights(grid)

@@ -4,7 +4,9 @@ A :class:`FunctionalBasis` is plain arrays (grid, mean, components, quadrature
 weights), so a server can fit it and ship it to clients, which project their
 own curves with :meth:`FunctionalBasis.scores` -- pure numpy, no scikit-fda on
 the hot path.  Scores are L2 inner products <X - mean, phi_k> by Simpson's rule,
-exactly what scikit-fda's FPCA.transform computes on a grid.
+exactly what scikit-fda's FPCA.transform computes on a grid; on a non-equispaced grid
+where Simpson's weights are not all positive, by the trapezoidal rule
+(:func:`quadrature_weights`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,32 @@ def simpson_weights(grid: np.ndarray) -> np.ndarray:
     """Quadrature weights q with sum_g q_g f(t_g) = Simpson's rule for int f."""
     grid = np.asarray(grid, dtype=float)
     return integrate.simpson(np.eye(grid.size), x=grid, axis=1)
+
+
+def trapezoid_weights(grid: np.ndarray) -> np.ndarray:
+    """Quadrature weights of the trapezoidal rule: q_g = (t_{g+1} - t_{g-1}) / 2 inside, half an
+    interval at the ends; all > 0 on a strictly increasing grid."""
+    grid = np.asarray(grid, dtype=float)
+    gaps = np.diff(grid)
+    return np.r_[gaps, 0.0] / 2 + np.r_[0.0, gaps] / 2
+
+
+def quadrature_weights(grid: np.ndarray) -> np.ndarray:
+    """The quadrature weights every integral on ``grid`` uses (scores, FPCA, MISE).
+
+    Simpson's rule (:func:`simpson_weights`) when all its weights are positive -- always on an
+    equispaced grid -- else the trapezoidal rule (:func:`trapezoid_weights`).  On a strongly
+    non-equispaced grid Simpson's composite rule gives some points a negative weight (a random
+    sorted grid of 50 points almost always does); the weighted L2 inner product <f, g> =
+    sum_g q_g f_g g_g is then not positive definite, and neither the FPCA (which takes
+    sqrt(q)) nor the orthonormalization of a fixed basis (a Cholesky factor) exist.  The
+    trapezoidal weights are positive on every increasing grid, at the price of second- instead
+    of fourth-order accuracy.
+    """
+    weights = simpson_weights(grid)
+    if np.all(weights > 0):
+        return weights
+    return trapezoid_weights(grid)
 
 
 def _check_grid(grid) -> np.ndarray:
@@ -137,7 +165,7 @@ def _fpca_eigh(curves: np.ndarray, grid: np.ndarray, k: int) -> tuple[np.ndarray
     G x G matrix Z^T Z, so one eigh of that matrix gives the same components, with
     scikit-learn's sign rule (the largest-|.| entry of each v_k is positive).
     """
-    weights = simpson_weights(grid)
+    weights = quadrature_weights(grid)
     mean = curves.mean(axis=0)
     root = np.sqrt(weights)
     z = curves - mean
@@ -178,6 +206,9 @@ def fit_pooled_fpca(curves: np.ndarray, grid: np.ndarray, *, n_components: int |
     if method == "eigh":
         mean, components, ratio = _fpca_eigh(curves, grid, k_fit)
     else:
+        if not np.all(simpson_weights(grid) > 0):
+            raise ValueError("method 'skfda' integrates by Simpson's rule, whose weights on this non-equispaced "
+                             "grid are not all positive; use method 'eigh' (trapezoidal weights there)")
         from skfda import FDataGrid
         from skfda.preprocessing.dim_reduction import FPCA
 
@@ -190,7 +221,7 @@ def fit_pooled_fpca(curves: np.ndarray, grid: np.ndarray, *, n_components: int |
     if explained_variance is not None:
         k = choose_n_components(ratio, explained_variance)
         components, ratio = components[:k], ratio[:k]
-    basis = FunctionalBasis(grid, components, mean, simpson_weights(grid), "pooled", ratio)
+    basis = FunctionalBasis(grid, components, mean, quadrature_weights(grid), "pooled", ratio)
     return replace(basis, eigenvalues=basis.scores(curves).var(axis=0))
 
 
@@ -217,7 +248,7 @@ def fixed_basis(family: str, n_components: int, grid: np.ndarray, *,
         raise ValueError(f"n_components ({n_components}) exceeds the grid size ({grid.size})")
     lo, hi = domain if domain is not None else (grid[0], grid[-1])
     t = (grid - lo) / (hi - lo)
-    weights = simpson_weights(grid)
+    weights = quadrature_weights(grid)
     if family == "cosine":
         raw = np.vstack([np.ones_like(t)] + [np.sqrt(2) * np.cos(k * np.pi * t) for k in range(1, n_components)])
     elif family == "fourier":

@@ -48,6 +48,26 @@ def grid_digest(grid: np.ndarray) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 2
 
 
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex), to tell whether a file changed since it was named."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def check_digest(path: str | Path, expected: str | None) -> None:
+    """Raise :class:`NodeDataError` if ``path`` is missing or its SHA-256 is not ``expected`` (None: no check)."""
+    if expected is None:
+        return
+    path = Path(path)
+    if not path.is_file():
+        raise NodeDataError(f"{path}: data file not found")
+    if file_digest(path) != expected:
+        raise NodeDataError(f"{path}: the file changed since the scenario named it (SHA-256 differs)")
+
+
 def equispaced_grid(start: float, stop: float, points: int) -> np.ndarray:
     return np.linspace(float(start), float(stop), int(points))
 
@@ -144,12 +164,36 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NodeDataError(f"{path}: not a readable .npz file ({exc})") from None
 
 
-def read_node_file(path: str | Path, *, expected_grid: np.ndarray | None = None,
-                   response_offset: float = 0.0) -> CurveData:
-    """Read and validate one node's file; ``response_offset`` (public) is subtracted from the responses."""
+def npz_grid_and_size(path: str | Path) -> tuple[np.ndarray, int]:
+    """(grid, number of samples) of a node ``.npz`` without reading its curves."""
     path = Path(path)
     if not path.is_file():
         raise NodeDataError(f"{path}: data file not found")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in ("grid", "curves", "response") if k not in npz.files]
+            if missing:
+                raise NodeDataError(f"{path}: missing array(s) {', '.join(missing)}")
+            grid = np.asarray(npz["grid"], dtype=float)
+            size = int(np.shape(npz["response"])[0]) if np.ndim(npz["response"]) == 1 else -1
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        if isinstance(exc, NodeDataError):
+            raise
+        raise NodeDataError(f"{path}: not a readable .npz file ({exc})") from None
+    check_grid(grid, None, str(path))
+    if size < 1:
+        raise NodeDataError(f"{path}: response must be a non-empty 1-d array")
+    return grid, size
+
+
+def read_node_file(path: str | Path, *, expected_grid: np.ndarray | None = None,
+                   response_offset: float = 0.0, digest: str | None = None) -> CurveData:
+    """Read and validate one node's file; ``response_offset`` (public) is subtracted from the responses;
+    ``digest``: the file's expected SHA-256 (:func:`check_digest`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise NodeDataError(f"{path}: data file not found")
+    check_digest(path, digest)
     fmt = _format_of(path)
     grid, curves, response = {"csv": _read_csv, "npz": _read_npz, "parquet": _read_parquet}[fmt](path)
     check_grid(grid, expected_grid, str(path))

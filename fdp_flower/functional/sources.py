@@ -67,6 +67,8 @@ class NodeFilesSource:
 
     def grid(self) -> np.ndarray:
         c = self.config
+        if c.grid is not None:
+            return np.asarray(c.grid, dtype=float)
         return np.linspace(c.grid_start, c.grid_stop, c.grid_points)
 
     def partition_sizes(self) -> np.ndarray:
@@ -98,8 +100,57 @@ class NodeFilesSource:
         return None
 
 
+@dataclass(frozen=True)
+class ClientArraysSource:
+    """Curves a caller held in memory, one ``.npz`` per client (``data.paths[i]``; written by
+    :func:`fdp_flower.fit`).  The grid is read from the files (any strictly increasing grid,
+    the same in every file); each file is checked against its SHA-256 in ``data.digests``."""
+
+    config: object  # fdp_flower.config.functional.ClientArrays
+    seed: int
+    num_clients: int
+    tau: float
+
+    kind: ClassVar[str] = "client_arrays"
+    node_local: ClassVar[bool] = False
+
+    def _digest(self, partition: int) -> str | None:
+        return None if self.config.digests is None else self.config.digests[partition]
+
+    def grid(self) -> np.ndarray:
+        from fdp_flower.functional.node_files import npz_grid_and_size
+
+        return npz_grid_and_size(self.config.paths[0])[0]
+
+    def partition_sizes(self) -> np.ndarray:
+        from fdp_flower.functional.node_files import check_grid, npz_grid_and_size
+
+        grid = self.grid()
+        sizes = []
+        for path in self.config.paths:
+            own, size = npz_grid_and_size(path)
+            check_grid(own, grid, path)
+            sizes.append(size)
+        return np.array(sizes)
+
+    def load(self, partition: int, path: str | None = None) -> CurveData:
+        from fdp_flower.functional.node_files import read_node_file
+
+        if not 0 <= partition < len(self.config.paths):
+            raise ValueError(f"partition {partition} outside [0, {len(self.config.paths)})")
+        return read_node_file(path or self.config.paths[partition], expected_grid=self.grid(),
+                              response_offset=self.config.response_offset,
+                              digest=None if path else self._digest(partition))
+
+    def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def tau_shift(self, tau: float) -> float | None:
+        return None
+
+
 #: data-source kind -> its class (the schema's ``data.kind``)
-SOURCES = {cls.kind: cls for cls in (PaperSimulationSource, NodeFilesSource)}
+SOURCES = {cls.kind: cls for cls in (PaperSimulationSource, NodeFilesSource, ClientArraysSource)}
 
 
 def data_source(config, *, seed: int, num_clients: int, tau: float = 0.5):

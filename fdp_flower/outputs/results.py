@@ -14,6 +14,7 @@ import numpy as np
 
 from fdp_flower.algorithms.faults import FailureRecord
 from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.plan import split_coefficients
 from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.config.base import scenario_to_yaml
@@ -153,8 +154,12 @@ def write_results(result, out_dir: str | Path) -> Path:
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:
         arrays.update({f"basis_{k}": v for k, v in result.basis.to_arrays().items()})
+        arrays["basis_kind"] = np.asarray(result.basis.kind)
         # the released model: the scenario's estimator (last iterate, average or tail average)
-        arrays["beta_hat"] = result.basis.function(result.state.estimate(result.scenario.algorithm.estimator.kind))
+        intercept, coef = split_coefficients(result.scenario,
+                                             result.state.estimate(result.scenario.algorithm.estimator.kind))
+        arrays["beta_hat"] = result.basis.function(coef)
+        arrays["intercept"] = np.asarray(intercept)
     np.savez(out / "final.npz", **arrays)
     log.info("results written to %s", out.resolve())
     return out

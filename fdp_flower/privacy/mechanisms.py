@@ -7,6 +7,7 @@ import numpy as np
 # anything else drawn from one user seed never share a stream.
 NOISE_STREAM = 1
 DATA_STREAM = 2
+SPLIT_STREAM = 3  # how the Python API splits a caller's rows over simulated clients
 
 
 def classic_gaussian_sigma(sensitivity, eps: float, delta: float):

@@ -36,6 +36,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     NoisePlan,
     data_source,
     initial_state,
+    model_dim,
     noise_scales,
     primal_release,
     privacy_columns,
@@ -95,9 +96,10 @@ class FDPADMMStrategy(Strategy):
         self.scenario = scenario
         self.basis = basis
         self.num_clients = scenario.federation.num_clients
-        self.plan = NoisePlan(scenario, basis.n_components)
+        self.dim = model_dim(scenario, basis)
+        self.plan = NoisePlan(scenario, self.dim)
         noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
-        self.state = initial_state(scenario, basis.n_components)
+        self.state = initial_state(scenario, self.dim)
         self.evaluate_state = evaluate_state
         self.ledger = PrivacyLedger()
         self.history: list[dict] = []
@@ -130,7 +132,7 @@ class FDPADMMStrategy(Strategy):
         log(INFO, "\t└── privacy: %s", f"{p.mode} eps={p.eps} delta={p.delta}" if p.enabled else "off (F-ADMM)")
 
     def _client_payload(self, client: int | None) -> dict[str, np.ndarray]:
-        dim = self.basis.n_components
+        dim = self.dim
         if client is None:  # identity not yet known: only valid while all state is zero
             zeros = np.zeros(dim)
             return {"global_w": self.state.global_w, "dual": zeros, "noisy_primal": zeros}
@@ -263,7 +265,7 @@ class FDPADMMStrategy(Strategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         server_round += self.round_offset  # a resumed run continues the round numbering
         replies = list(replies)
-        dim = self.basis.n_components
+        dim = self.dim
         primals: dict[int, np.ndarray] = {}
         releases: list[GaussianRelease] = []
         failed: dict[int, tuple[str, str]] = {}  # client -> (reason, kind)

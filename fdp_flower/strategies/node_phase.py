@@ -105,10 +105,10 @@ def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None
     for client, (_node, metrics, _arrays) in sorted(by_client.items()):
         groups.setdefault(int(metrics["grid-digest"]), []).append(client)
     if len(groups) > 1 or expected not in groups:
-        d = scenario.data
+        own = grid_of(scenario)
         parts = [f"clients {cl} have a grid of {_grid_text(by_client[cl[0]][1])}" for cl in groups.values()]
         raise SetupError("grid mismatch between nodes: " + "; ".join(parts) + f"; the scenario's grid is "
-                         f"{d.grid_points} points {d.grid_start:g}..{d.grid_stop:g}")
+                         f"{own.size} points {own[0]:g}..{own[-1]:g}")
     return by_client
 
 

@@ -179,6 +179,9 @@ def run_p2p_federation(grid: Grid, context: Context, scenario) -> None:
         raise
     out = run_results_dir(context.run_config, context.run_id, scenario.name, tag="relay")
     out.mkdir(parents=True, exist_ok=True)
+    from fdp_flower.config.base import scenario_to_yaml
+
+    (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))  # what fdp_flower.load_results reads first
     np.savez_compressed(out / "iterates.npz", released=np.stack(strategy.released_history),
                         duals=np.stack(strategy.dual_history))
     (out / "history.json").write_text(json.dumps(strategy.history, indent=1))

@@ -117,8 +117,7 @@ class Scenario(_Frozen):
             raise ValueError(
                 "basis kind 'pooled' needs every client's curves in one place, which a deployment with "
                 "node-local files (data kind 'node_files') never has; use 'fixed', 'provided' or 'federated_dp'")
-        if isinstance(self.data, NodeFiles) and self.data.paths is not None \
-                and len(self.data.paths) != self.federation.num_clients:
+        if getattr(self.data, "paths", None) is not None and len(self.data.paths) != self.federation.num_clients:
             raise ValueError(f"data.paths names {len(self.data.paths)} files for "
                              f"federation.num_clients = {self.federation.num_clients}")
         if self.model.clip_shape == "ellipsoid":

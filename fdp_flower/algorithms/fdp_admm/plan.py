@@ -14,7 +14,7 @@ import numpy as np
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective, primal_sensitivity, tail_start_round
 from fdp_flower.config.sections import ConstantStep, InvSqrtStep, InvStep, Theorem2Step
-from fdp_flower.core.clipping import clip_rows, clip_rows_ellipsoid
+from fdp_flower.core.clipping import clip_rows, clip_rows_ellipsoid, intercept_design
 from fdp_flower.core.losses import make_loss
 from fdp_flower.core.penalties import Penalty
 from fdp_flower.core.schedules import StepSchedule, theorem2_base
@@ -29,7 +29,7 @@ from fdp_flower.privacy.mechanisms import classic_gaussian_sigma
 def build_objective(scenario: Scenario) -> Objective:
     lc, pc = scenario.model.loss, scenario.model.penalty
     loss = make_loss(lc.kind, tau=lc.tau, residual_bound=lc.residual_bound)
-    penalty = Penalty(pc.kind, lam1=pc.lam1, lam2=pc.lam2)
+    penalty = Penalty(pc.kind, lam1=pc.lam1, lam2=pc.lam2, unpenalized=int(scenario.model.intercept))
     return Objective(loss=loss, penalty=penalty, lam=pc.lam, num_clients=scenario.federation.num_clients)
 
 
@@ -59,9 +59,13 @@ def build_basis(scenario: Scenario, all_curves: np.ndarray | None = None) -> Fun
     return bases.build_basis(scenario.basis, grid_of(scenario), all_curves)
 
 
-def noise_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | None:
-    """The public per-coordinate scales s of the clip and the noise: None for the sphere clip
-    (isotropic noise); c1 sqrt(lambda_k) for the ellipsoid clip (``model.clip_shape``)."""
+def model_dim(scenario: Scenario, basis: FunctionalBasis) -> int:
+    """Dimension of w: the K scores, plus one leading coordinate when ``model.intercept`` is set."""
+    return basis.n_components + int(scenario.model.intercept)
+
+
+def _score_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | None:
+    """c1 sqrt(lambda_k) of the ellipsoid clip (None for the sphere)."""
     if scenario.model.clip_shape == "sphere":
         return None
     lam = basis.eigenvalues
@@ -71,13 +75,39 @@ def noise_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | Non
     return scenario.model.clip_c1 * np.sqrt(lam)
 
 
+def noise_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | None:
+    """The public per-coordinate scales s of the clip and the noise: None for the sphere clip
+    (isotropic noise); c1 sqrt(lambda_k) for the ellipsoid clip (``model.clip_shape``), preceded
+    by c1 for the intercept coordinate (:func:`fdp_flower.core.clipping.intercept_design`)."""
+    scales = _score_scales(scenario, basis)
+    if scales is None or not scenario.model.intercept:
+        return scales
+    return np.r_[scenario.model.clip_c1, scales]
+
+
 def client_features(scenario: Scenario, basis: FunctionalBasis, data: CurveData) -> tuple[np.ndarray, int]:
     """Scores of the client's curves, rows clipped to the sphere ||a|| <= c1 or to the ellipsoid
-    ||a / s|| <= 1 of :func:`noise_scales` (returns features, rows clipped)."""
-    scales = noise_scales(scenario, basis)
+    ||a / s|| <= 1 of :func:`noise_scales`; with ``model.intercept`` the rows are
+    (c0, scores) of :func:`fdp_flower.core.clipping.intercept_design`, inside the same set
+    (returns features, rows clipped)."""
+    m = scenario.model
+    scales = _score_scales(scenario, basis)
+    scores = basis.scores(data.curves)
+    if m.intercept:
+        return intercept_design(scores, m.clip_c1, m.intercept_share, scales)
     if scales is None:
-        return clip_rows(basis.scores(data.curves), scenario.model.clip_c1)
-    return clip_rows_ellipsoid(basis.scores(data.curves), scales)
+        return clip_rows(scores, m.clip_c1)
+    return clip_rows_ellipsoid(scores, scales)
+
+
+def split_coefficients(scenario: Scenario, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(b, coef): the intercept b = c0 w_0 of the centred model y = b + sum_k coef_k <X - mean, phi_k>
+    (0 without ``model.intercept``) and the K basis coefficients; ``w`` (..., dim)."""
+    w = np.asarray(w, dtype=float)
+    m = scenario.model
+    if not m.intercept:
+        return np.zeros(w.shape[:-1]), w
+    return m.intercept_share * m.clip_c1 * w[..., 0], w[..., 1:]
 
 
 FDP_ADMM_MECHANISM = "fdp_admm_primal"
@@ -173,7 +203,8 @@ def tail_start(scenario: Scenario) -> int:
 
 
 def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
-    """w^0 = 0, g^0 = 0, wt^0 = 0, with the tail-average start of ``algorithm.estimator``."""
+    """w^0 = 0, g^0 = 0, wt^0 = 0 in R^dim (``dim``: :func:`model_dim`), with the tail-average start
+    of ``algorithm.estimator``."""
     return FDPADMMState.initial(scenario.federation.num_clients, dim, tail_start=tail_start(scenario))
 
 

@@ -47,23 +47,26 @@ def solve_reference(features: list[np.ndarray], responses: list[np.ndarray], los
     y = np.concatenate(responses)
     c = np.concatenate([np.full(len(r), 1.0 / len(r)) for r in responses])
     n, k = a.shape
+    free = min(int(getattr(penalty, "unpenalized", 0)), k)  # leading coordinates outside P (an intercept)
     if penalty.kind in ("l1", "none"):
         # Dual LP (K constraints, n box-bounded variables; far faster than the primal):
-        #   max_d y.d  s.t. |A^T d| <= lam (l1) or A^T d = 0 (none),  d_j in [-c_j down, c_j up];
-        # the primal w is minus the multiplier of the coupling constraints.
+        #   max_d y.d  s.t. |A_P^T d| <= lam (l1) and A_F^T d = 0 (columns outside P; all of them for none),
+        #   d_j in [-c_j down, c_j up]; the primal w is minus the multiplier of the coupling constraints.
         bounds = np.c_[-down * c, up * c]
-        if penalty.kind == "l1":
-            res = optimize.linprog(-y, A_ub=np.vstack([a.T, -a.T]), b_ub=np.full(2 * k, lam),
-                                   bounds=bounds, method="highs-ds")
-            if res.status != 0:
-                raise RuntimeError(f"HiGHS failed on the reference LP: {res.message}")
+        pen = k - free if penalty.kind == "l1" else 0
+        a_free, a_pen = a[:, : k - pen], a[:, k - pen:]
+        res = optimize.linprog(-y, A_ub=np.vstack([a_pen.T, -a_pen.T]) if pen else None,
+                               b_ub=np.full(2 * pen, lam) if pen else None,
+                               A_eq=a_free.T if k - pen else None, b_eq=np.zeros(k - pen) if k - pen else None,
+                               bounds=bounds, method="highs-ds")
+        if res.status != 0:
+            raise RuntimeError(f"HiGHS failed on the reference LP: {res.message}")
+        w = np.zeros(k)
+        if pen:
             mu = res.ineqlin.marginals
-            w = -(mu[:k] - mu[k:])
-        else:
-            res = optimize.linprog(-y, A_eq=a.T, b_eq=np.zeros(k), bounds=bounds, method="highs-ds")
-            if res.status != 0:
-                raise RuntimeError(f"HiGHS failed on the reference LP: {res.message}")
-            w = -res.eqlin.marginals
+            w[k - pen:] = -(mu[:pen] - mu[pen:])
+        if k - pen:
+            w[: k - pen] = -res.eqlin.marginals
         solver = "scipy-highs-dual-lp"
     elif penalty.kind in ("l2", "elastic_net"):
         import clarabel
@@ -74,9 +77,10 @@ def solve_reference(features: list[np.ndarray], responses: list[np.ndarray], los
             quad, l1 = lam, 0.0
         else:  # lam (lam2 ||w||^2 + lam1 ||w||_1)
             quad, l1 = 2.0 * lam * penalty.lam2, lam * penalty.lam1
-        # variables: w (k), t (k) >= |w|, u+ (n), u- (n)
-        p = sparse.block_diag([quad * sparse.identity(k), sparse.csc_matrix((k + 2 * n, k + 2 * n))], format="csc")
-        q = np.concatenate([np.zeros(k), np.full(k, l1), up * c, down * c])
+        # variables: w (k), t (k) >= |w|, u+ (n), u- (n); the leading ``free`` coordinates are outside P
+        in_p = np.r_[np.zeros(free), np.ones(k - free)]
+        p = sparse.block_diag([sparse.diags(quad * in_p), sparse.csc_matrix((k + 2 * n, k + 2 * n))], format="csc")
+        q = np.concatenate([np.zeros(k), l1 * in_p, up * c, down * c])
         zk = sparse.csc_matrix((n, k))
         eq = sparse.hstack([sparse.csc_matrix(a), zk, eye, -eye], format="csc")
         ik = sparse.identity(k)

@@ -7,7 +7,14 @@ from functools import cached_property
 import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
-from fdp_flower.algorithms.fdp_admm.plan import build_objective, client_features, data_source, grid_of, partition_sizes
+from fdp_flower.algorithms.fdp_admm.plan import (
+    build_objective,
+    client_features,
+    data_source,
+    grid_of,
+    partition_sizes,
+    split_coefficients,
+)
 from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution, pooled_objective, solve_reference
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective
 from fdp_flower.functional import bases, design
@@ -41,9 +48,11 @@ class Evaluator:
         return pooled_objective(w, self.features, self.responses, ob.loss, ob.penalty, ob.lam)
 
     def mise(self, w: np.ndarray) -> float:
+        """MISE of beta_hat = sum_k w_k phi_k (the intercept coordinate, if any, left out)."""
         if self.beta is None:
             return float("nan")
-        return float(design.mise(self.basis.function(w), self.beta, self.basis.grid))
+        _intercept, coef = split_coefficients(self.scenario, w)
+        return float(design.mise(self.basis.function(coef), self.beta, self.basis.grid))
 
     def __call__(self, state: FDPADMMState) -> dict[str, float]:
         ob = self.objective

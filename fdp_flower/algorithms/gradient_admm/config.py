@@ -45,7 +45,28 @@ class BreastCancerData(_Frozen):
     test_fraction: float = Field(0.3, gt=0, lt=1, description="share of rows held out for test accuracy")
 
 
-TabularDataSource = Annotated[Union[AdultA9AData, BreastCancerData], Field(discriminator="kind")]
+class ArraysData(_Frozen):
+    """Tabular rows a caller holds in memory (:func:`fdp_flower.fit_gradient`): one ``.npz`` per client
+    with arrays ``features`` (m_i, K) and ``response`` (m_i,); client i reads ``paths[i]``.  The scenario
+    names the files and their SHA-256 digests, never the values."""
+
+    kind: Literal["arrays"] = "arrays"
+    paths: list[str] = Field(..., min_length=1, max_length=10_000, description="one .npz per client")
+    digests: list[str] | None = Field(None, max_length=10_000, description="SHA-256 (hex) of each file; null: "
+                                      "not checked")
+    test_path: str | None = Field(None, min_length=1, description="an .npz of held-out rows for test accuracy")
+    intercept: bool = Field(False, description="prepend the public column c0 = intercept_share c1 to every row "
+                            "(features clipped to the room left, G unchanged; outside A x)")
+    intercept_share: float = Field(0.5, gt=0, lt=1, description="c0 / c1 of the intercept column")
+
+    @model_validator(mode="after")
+    def _digests(self):
+        if self.digests is not None and len(self.digests) != len(self.paths):
+            raise ValueError(f"digests has {len(self.digests)} entries for {len(self.paths)} paths")
+        return self
+
+
+TabularDataSource = Annotated[Union[AdultA9AData, BreastCancerData, ArraysData], Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------- constraint matrix A
@@ -145,6 +166,9 @@ class GradientADMMScenario(_Frozen):
                              "use 'zero' when privacy is enabled")
         if self.model.loss.kind == "squared":
             raise ValueError("model.loss: the generalized-lasso runs support logistic, quantile and absolute")
+        if self.data.kind == "arrays" and len(self.data.paths) != self.federation.num_clients:
+            raise ValueError(f"data.paths names {len(self.data.paths)} files for federation.num_clients = "
+                             f"{self.federation.num_clients}")
         return self
 
 

@@ -189,7 +189,36 @@ class P2PBreastCancerData(_Frozen):
     c1: float = Field(1.0, gt=0, le=1e6, description="row-norm clip")
 
 
-P2PDataSource = Annotated[Union[SyntheticRegressionData, P2PAdultData, P2PBreastCancerData], Field(discriminator="kind")]
+class P2PArraysData(_Frozen):
+    """Tabular rows a caller holds in memory (:func:`fdp_flower.fit_p2p`): one ``.npz`` per node with
+    arrays ``features`` (m_i, K) and ``response`` (m_i,) (:func:`fdp_flower.data.tabular.write_arrays_file`);
+    node i reads ``paths[i]``.  The scenario names the files and their SHA-256 digests, never the values."""
+
+    kind: Literal["arrays"] = "arrays"
+    paths: list[str] = Field(..., min_length=2, max_length=10_000, description="one .npz per node")
+    digests: list[str] | None = Field(None, max_length=10_000, description="SHA-256 (hex) of each file; null: "
+                                      "not checked")
+    loss: Literal["quantile", "absolute", "logistic", "squared"] = Field("quantile", description="per-sample loss")
+    tau: float = Field(0.5, gt=0, lt=1, description="quantile level (quantile loss)")
+    residual_bound: float = Field(1.0, gt=0, le=1e6, description="R of the squared loss's gradient clip")
+    penalty: Literal["l1", "l2", "elastic_net", "scad", "mcp", "none"] = Field("none", description="penalty P")
+    lam: float = Field(0.0, ge=0, le=1e6, description="penalty weight in sum_i f_i")
+    lam1: float = Field(1.0, ge=0, le=1e6, description="elastic net: weight of ||x||_1 inside P")
+    lam2: float = Field(1.0, ge=0, le=1e6, description="elastic net: weight of ||x||^2 inside P")
+    c1: float = Field(1.0, gt=0, le=1e6, description="row-norm clip of the features (intercept column included)")
+    intercept: bool = Field(False, description="prepend the public column c0 = intercept_share c1 to every row "
+                            "(features clipped to the room left, G unchanged; left out of P)")
+    intercept_share: float = Field(0.5, gt=0, lt=1, description="c0 / c1 of the intercept column")
+
+    @model_validator(mode="after")
+    def _digests(self):
+        if self.digests is not None and len(self.digests) != len(self.paths):
+            raise ValueError(f"digests has {len(self.digests)} entries for {len(self.paths)} paths")
+        return self
+
+
+P2PDataSource = Annotated[Union[SyntheticRegressionData, P2PAdultData, P2PBreastCancerData, P2PArraysData],
+                          Field(discriminator="kind")]
 
 
 def build_problem(cfg, num_nodes: int, seed: int, *, with_reference: bool = True):
@@ -202,6 +231,10 @@ def build_problem(cfg, num_nodes: int, seed: int, *, with_reference: bool = True
                                    dim=cfg.dim, noise=cfg.noise, c1=cfg.c1, residual_bound=cfg.residual_bound,
                                    lam=cfg.lam, lam1=cfg.lam1, lam2=cfg.lam2, heterogeneity=cfg.heterogeneity, rng=rng,
                                    with_reference=with_reference)
+    if cfg.kind == "arrays":
+        if len(cfg.paths) != num_nodes:
+            raise ValueError(f"data.paths names {len(cfg.paths)} files for a graph of {num_nodes} nodes")
+        return p.arrays_problem(cfg, with_reference=with_reference)
     if cfg.kind == "adult_nodes":
         return p.adult_problem(num_nodes=num_nodes, samples_per_node=cfg.samples_per_node,
                                test_samples=cfg.test_samples, reg=cfg.reg, c1=cfg.c1, rng=rng, path=cfg.path,
@@ -384,7 +417,10 @@ class P2PScenario(_Frozen):
             raise ValueError("decentralized_admm is the non-private baseline; set privacy.enabled: false")
         _check_privacy_section(self.privacy)
         n = self.topology.num_nodes
-        if self.data.kind != "synthetic_regression":
+        if self.data.kind == "arrays":
+            if len(self.data.paths) != n:
+                raise ValueError(f"data.paths names {len(self.data.paths)} files for {n} nodes")
+        elif self.data.kind != "synthetic_regression":
             limit = 569 if self.data.kind == "breast_cancer_nodes" else 45_222
             if n * self.data.samples_per_node + self.data.test_samples > limit:
                 raise ValueError(f"{n} nodes x {self.data.samples_per_node} samples + {self.data.test_samples} "

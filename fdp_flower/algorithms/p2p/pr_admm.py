@@ -72,7 +72,7 @@ def exact_primal_step(*, objective, own_released, neighbour_used, dual, features
     ask for more digits than float64 has).  Returns (x, Newton iterations).
     """
     loss, lam_n = objective.loss, objective.lam / objective.num_clients
-    pen_c = penalty_curvature(objective.penalty) * lam_n
+    pen_c = penalty_curvature(objective.penalty, features.shape[-1]) * lam_n
     neighbour_used = np.asarray(neighbour_used, dtype=float)
     degree = neighbour_used.shape[0]
     b = eta * (degree * own_released + neighbour_used.sum(axis=0))

@@ -52,15 +52,23 @@ def loss_curvature(loss, w, features, response) -> np.ndarray:
     raise ValueError(f"the {loss.name!r} loss is not smooth; use the linearized step")
 
 
-def penalty_curvature(penalty: Penalty) -> float:
-    """The constant Hessian factor c of a smooth penalty (P'' = c I); nonsmooth penalties raise."""
+def penalty_curvature(penalty: Penalty, dim: int | None = None):
+    """The constant Hessian of a smooth penalty, P'' = c I; nonsmooth penalties raise.
+
+    Returns the scalar c, or, when the penalty leaves leading coordinates out
+    (``penalty.unpenalized``, an intercept) and ``dim`` is given, the diagonal c mask (dim,).
+    """
     if penalty.kind == "none":
-        return 0.0
-    if penalty.kind == "l2":
-        return 1.0
-    if penalty.kind == "elastic_net" and penalty.lam1 == 0:
-        return 2.0 * penalty.lam2
-    raise ValueError(f"the {penalty.kind!r} penalty is not smooth; use the linearized step")
+        c = 0.0
+    elif penalty.kind == "l2":
+        c = 1.0
+    elif penalty.kind == "elastic_net" and penalty.lam1 == 0:
+        c = 2.0 * penalty.lam2
+    else:
+        raise ValueError(f"the {penalty.kind!r} penalty is not smooth; use the linearized step")
+    if penalty.unpenalized and dim is not None:
+        return c * penalty.mask(dim)
+    return c
 
 
 def is_smooth(loss, penalty: Penalty) -> bool:
@@ -157,8 +165,8 @@ def solve_smooth_reference(features, responses, loss, penalty: Penalty, lam: flo
     lam P'' > 0, and Newton converges quadratically near the solution.
     """
     obj = Objective(loss=loss, penalty=penalty, lam=lam, num_clients=len(features))
-    pc = penalty_curvature(penalty) * lam
     k = features[0].shape[1]
+    pc = penalty_curvature(penalty, k) * lam
     x = np.zeros(k)
 
     def value(z):
@@ -169,7 +177,7 @@ def solve_smooth_reference(features, responses, loss, penalty: Penalty, lam: flo
         g = sum(obj.local_subgradient(x, a, y) for a, y in zip(features, responses))
         if np.linalg.norm(g) <= tol * (1.0 + abs(f)):
             break
-        h = pc * np.eye(k) + sum((a * loss_curvature(loss, x, a, y)[:, None]).T @ a / len(y)
+        h = np.diag(pc * np.ones(k)) + sum((a * loss_curvature(loss, x, a, y)[:, None]).T @ a / len(y)
                                  for a, y in zip(features, responses))
         d = np.linalg.solve(h + 1e-14 * np.eye(k), -g)
         t = 1.0
@@ -186,10 +194,10 @@ def solve_elastic_net_reference(features, responses, loss: SquaredLoss, penalty:
                                 tol: float = 1e-14, max_iter: int = 200_000) -> np.ndarray:
     """Minimizer of sum_i (1/m_i) sum_j huber_R(y - a.x) + lam (lam2 ||x||^2 + lam1 ||x||_1) by FISTA
     with adaptive restart (prox of the l1 part is soft-thresholding), to ||x_{t+1} - x_t|| <= tol."""
-    smooth = Penalty("elastic_net", lam1=0.0, lam2=penalty.lam2)
+    smooth = Penalty("elastic_net", lam1=0.0, lam2=penalty.lam2, unpenalized=penalty.unpenalized)
     obj = Objective(loss=loss, penalty=smooth, lam=lam, num_clients=len(features))
     lip = sum(np.linalg.norm(a, 2) ** 2 / len(y) for a, y in zip(features, responses)) + 2 * lam * penalty.lam2
-    step, thr = 1.0 / lip, lam * penalty.lam1 / lip
+    step, thr = 1.0 / lip, lam * penalty.lam1 / lip * penalty.mask(features[0].shape[1])
     x = y_ = np.zeros(features[0].shape[1])
     t = 1.0
     for _ in range(max_iter):
@@ -213,7 +221,8 @@ def reference_solution(features, responses, loss, penalty: Penalty, lam: float) 
     if isinstance(loss, (AbsoluteLoss, QuantileLoss)):
         return solve_reference(list(features), list(responses), loss, penalty, lam).w, "exact-lp-qp"
     if isinstance(loss, SquaredLoss) and penalty.kind in ("elastic_net", "l1"):
-        pen = penalty if penalty.kind == "elastic_net" else Penalty("elastic_net", lam1=1.0, lam2=0.0)
+        pen = penalty if penalty.kind == "elastic_net" else Penalty("elastic_net", lam1=1.0, lam2=0.0,
+                                                                     unpenalized=penalty.unpenalized)
         return solve_elastic_net_reference(features, responses, loss, pen, lam), "fista"
     return solve_smooth_reference(features, responses, loss, penalty, lam), "newton"
 
@@ -272,6 +281,39 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
     x_star, solver = (reference_solution(feats, resps, loss, penalty, lam_) if with_reference else (None, ""))
     return NetworkProblem(name=kind, features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
                           lam=lam_, c1=c1, x_star=x_star, truth=x0, n_clipped=n_clip, reference_solver=solver)
+
+
+# ---------------------------------------------------------------- caller's arrays
+def arrays_problem(cfg, *, with_reference: bool = True) -> NetworkProblem:
+    """The problem of a ``data.kind: arrays`` section (:class:`fdp_flower.algorithms.p2p.config.P2PArraysData`):
+    node i's rows from ``paths[i]``, with the intercept column of
+    :func:`fdp_flower.core.clipping.intercept_design` when ``intercept`` is set, clipped to ||a|| <= c1."""
+    from fdp_flower.core.clipping import intercept_design
+    from fdp_flower.core.losses import make_loss
+    from fdp_flower.data.tabular import read_arrays_file
+
+    feats, resps, n_clip = [], [], 0
+    for i, path in enumerate(cfg.paths):
+        a, y = read_arrays_file(path, None if cfg.digests is None else cfg.digests[i])
+        if feats and a.shape[1] != feats[0].shape[1] - int(cfg.intercept):
+            raise ValueError(f"{path}: {a.shape[1]} features, the first node's file has "
+                             f"{feats[0].shape[1] - int(cfg.intercept)}")
+        if cfg.loss == "logistic" and not np.all(np.isin(y, (-1.0, 1.0))):
+            raise ValueError(f"{path}: the logistic loss needs labels in {{-1, +1}}")
+        a, c = intercept_design(a, cfg.c1, cfg.intercept_share) if cfg.intercept else clip_rows(a, cfg.c1)
+        n_clip += c
+        feats.append(a)
+        resps.append(y)
+    loss = make_loss(cfg.loss, tau=cfg.tau, residual_bound=cfg.residual_bound)
+    penalty = Penalty(cfg.penalty, lam1=cfg.lam1, lam2=cfg.lam2, unpenalized=int(cfg.intercept))
+    x_star, solver = None, ""
+    if with_reference:
+        try:
+            x_star, solver = reference_solution(feats, resps, loss, penalty, cfg.lam)
+        except ValueError:  # no exact solver for this loss and penalty (e.g. logistic + l1): no normalized error
+            pass
+    return NetworkProblem(name="arrays", features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
+                          lam=cfg.lam, c1=cfg.c1, x_star=x_star, n_clipped=n_clip, reference_solver=solver)
 
 
 # ---------------------------------------------------------------- classification (paper 004)

@@ -1,0 +1,571 @@
+"""The Python API: fit the project's algorithms on data a caller holds in memory.
+
+- :func:`fit`: FDP-ADMM (F-ADMM with ``eps=None``) for functional quantile regression, on
+  numpy arrays, an ``skfda.FDataGrid`` or a pandas DataFrame in the node-file layout;
+- :func:`fit_p2p`: the peer-to-peer family (zCDP-NFL, DP-NFL, zCDP-grad-NFL, PR-ADMM,
+  decentralized ADMM) on tabular arrays;
+- :func:`fit_gradient`: DP-ADMM / DP-AccADMM (gradient perturbation) on tabular arrays;
+- :func:`load_results`: the same fitted model from a results directory.
+
+Each fit builds a typed scenario, exactly as a scenario file would, and runs the project's
+in-process engine for that family, so the API has no update rule of its own.  The caller's
+rows are split over the simulated clients (``client_ids``, or ``n_clients`` seeded even
+parts) and written as one ``.npz`` per client into a private temporary directory (or
+``data_dir``); the scenario names those files and their SHA-256 digests, never the values.
+The reference of every parameter: docs/api.md.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.outputs.models import (
+    FunctionalModel,
+    PrivacyReport,
+    TabularModel,
+    gradient_intercept_scale,
+    history_frame,
+    load_results,
+    p2p_intercept_scale,
+)
+
+__all__ = ["fit", "fit_gradient", "fit_p2p", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport"]
+
+#: fixed (data-independent) bases accepted by name
+FIXED_BASES = ("cosine", "bspline", "fourier")
+PRIVACY_MODES = ("total", "per_round")
+
+
+class InputError(ValueError):
+    """Input the API cannot use; the message is one line naming the argument."""
+
+
+# ---------------------------------------------------------------- inputs
+def _is_fdatagrid(obj) -> bool:
+    return hasattr(obj, "data_matrix") and hasattr(obj, "grid_points") and hasattr(obj, "dim_domain")
+
+
+def _is_dataframe(obj) -> bool:
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(obj, pd.DataFrame)
+
+
+def _grid_column(label) -> float | None:
+    """The grid point of a DataFrame column: ``t=<value>`` (the node-file layout) or a number."""
+    text = str(label)
+    if text.startswith("t="):
+        text = text[2:]
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _finite(name: str, values: np.ndarray) -> np.ndarray:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        first = int(np.argwhere(bad)[0][0])
+        raise InputError(f"{name} contains {int(bad.sum())} NaN or infinite value(s) (first in row {first})")
+    return values
+
+
+def _as_float(name: str, values) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected numbers, got values of type {type(values).__name__}") from None
+
+
+def curve_inputs(curves, y=None, *, grid=None, response: str = "response", client_column: str | None = None):
+    """(curves (n, G), y (n,), grid (G,), client labels (n,) or None) from any accepted input.
+
+    ``curves``: an (n, G) array (``grid`` optional: default G equispaced points on [0, 1]), an
+    ``skfda.FDataGrid`` of n scalar curves on an interval (its grid), or a pandas DataFrame with
+    one column per grid point (named ``t=<point>`` as in node files, or numeric), the response
+    column ``response`` (unless ``y`` is given) and optionally a column of client labels.
+    """
+    labels = None
+    if _is_fdatagrid(curves):
+        if curves.dim_domain != 1 or curves.dim_codomain != 1:
+            raise InputError(f"curves: an FDataGrid of scalar curves on an interval is needed (domain dimension "
+                             f"{curves.dim_domain}, codomain dimension {curves.dim_codomain})")
+        own = np.asarray(curves.grid_points[0], dtype=float)
+        if grid is not None and not (np.shape(grid) == own.shape and np.allclose(grid, own, rtol=1e-9, atol=0)):
+            raise InputError("grid: differs from the FDataGrid's grid_points (leave grid out)")
+        values, grid = np.asarray(curves.data_matrix[..., 0], dtype=float), own
+    elif _is_dataframe(curves):
+        frame = curves
+        columns = list(frame.columns)
+        if client_column is not None:
+            if client_column not in columns:
+                raise InputError(f"client_column: no column {client_column!r} in the DataFrame")
+            labels = frame[client_column].to_numpy()
+        if y is None:
+            if response not in columns:
+                raise InputError(f"y: no response column {response!r} in the DataFrame (name it with response=...)")
+            y = frame[response].to_numpy()
+        skip = {response, client_column}
+        grid_cols = [c for c in columns if c not in skip]
+        points = [_grid_column(c) for c in grid_cols]
+        bad = [c for c, t in zip(grid_cols, points) if t is None]
+        if bad:
+            raise InputError(f"curves: column {bad[0]!r} is neither the response, the client column nor a grid "
+                             "point ('t=<number>' or a number)")
+        if grid is not None:
+            raise InputError("grid: a DataFrame carries its grid in its column names (leave grid out)")
+        values, grid = _as_float("curves", frame[grid_cols].to_numpy()), np.array(points)
+        order = np.argsort(grid)
+        values, grid = values[:, order], grid[order]
+    else:
+        values = _as_float("curves", curves)
+        if values.ndim != 2:
+            raise InputError(f"curves: expected an (n, G) array, an FDataGrid or a DataFrame, got shape {values.shape}")
+        grid = np.linspace(0.0, 1.0, values.shape[1]) if grid is None else _as_float("grid", grid)
+    grid = np.asarray(grid, dtype=float)
+    if grid.ndim != 1 or grid.size < 3 or not np.all(np.isfinite(grid)) or np.any(np.diff(grid) <= 0):
+        raise InputError("grid: needs >= 3 finite, strictly increasing points")
+    if values.shape[1] != grid.size:
+        raise InputError(f"curves have {values.shape[1]} points per curve but the grid has {grid.size}")
+    if y is None:
+        raise InputError("y: the responses are missing")
+    y = _as_float("y", y)
+    if y.shape != (values.shape[0],):
+        raise InputError(f"y: expected {values.shape[0]} responses (one per curve), got shape {np.shape(y)}")
+    return _finite("curves", values), _finite("y", y), grid, labels
+
+
+def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) -> tuple[list[np.ndarray], list]:
+    """Row indices of every client and the client labels.
+
+    ``client_ids`` (n labels): one client per distinct label, in sorted label order.  Else
+    ``n_clients`` (default 10) near-equal parts of a seeded permutation of the rows (the
+    split stream of ``seed``, separate from data and noise).
+    """
+    from fdp_flower.functional.design import partition_bounds
+    from fdp_flower.privacy.mechanisms import SPLIT_STREAM
+
+    if client_ids is not None:
+        if n_clients is not None:
+            raise InputError("give n_clients or client_ids, not both")
+        ids = np.asarray(client_ids)
+        if ids.shape != (n,):
+            raise InputError(f"client_ids: expected {n} labels (one per row), got shape {ids.shape}")
+        labels, inverse = np.unique(ids, return_inverse=True)
+        if labels.size < 1:
+            raise InputError("client_ids: no clients")
+        return [np.flatnonzero(inverse == c) for c in range(labels.size)], labels.tolist()
+    count = 10 if n_clients is None else n_clients
+    if not isinstance(count, (int, np.integer)) or count < 1:
+        raise InputError(f"n_clients: expected a positive integer, got {n_clients!r}")
+    if count > n:
+        raise InputError(f"n_clients ({count}) exceeds the number of rows ({n}): every client needs one")
+    order = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SPLIT_STREAM,))).permutation(n)
+    bounds = partition_bounds(n, int(count))
+    return [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])], list(range(int(count)))
+
+
+@contextmanager
+def _client_directory(data_dir):
+    """A directory for the per-client files: ``data_dir`` (created, kept) or a private temporary one
+    (mode 0700, removed afterwards)."""
+    if data_dir is not None:
+        path = Path(data_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="fdp-flower-") as tmp:
+        yield Path(tmp)
+
+
+def _privacy_section(eps, delta: float, privacy: str, noise_source: str) -> dict[str, Any]:
+    if eps is None:
+        return {"enabled": False, "delta": delta}
+    if privacy not in PRIVACY_MODES:
+        raise InputError(f"privacy: choose one of {', '.join(PRIVACY_MODES)}, got {privacy!r}")
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
+        raise InputError(f"eps: expected a finite number > 0 (or None for no privacy), got {eps!r}")
+    return {"enabled": True, "mode": privacy, "eps": float(eps), "delta": delta, "noise_source": noise_source}
+
+
+def _progress_printer(progress, rounds: int, keys: Sequence[str]) -> Callable | None:
+    if progress is None or progress is False:
+        return None
+    if callable(progress):
+        return progress
+
+    def show(round_: int, row: dict) -> None:
+        if round_ % max(1, rounds // 10) == 0 or round_ == rounds:
+            shown = ", ".join(f"{k}={row[k]:.4g}" for k in keys if k in row and row[k] == row[k])
+            print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
+
+    return show
+
+
+def _parse(parse, data: dict, what: str):
+    try:
+        return parse(data, what)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+
+
+# ---------------------------------------------------------------- FDP-ADMM
+def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta: float | None, directory: Path,
+                   grid: np.ndarray) -> dict[str, Any]:
+    from fdp_flower.functional.fpca import FunctionalBasis
+
+    if isinstance(basis, FunctionalBasis):
+        if basis.grid.shape != grid.shape or not np.allclose(basis.grid, grid, rtol=1e-9, atol=0):
+            raise InputError("basis: the FunctionalBasis's grid differs from the curves' grid")
+        path = directory / "basis.npz"
+        np.savez(path, **basis.to_arrays())
+        return {"kind": "provided", "path": str(path)}
+    if basis in FIXED_BASES:
+        return {"kind": "fixed", "family": basis, "n_components": n_components}
+    if basis == "fpca":
+        section = {"kind": "federated_dp", "n_components": n_components, "private": eps is not None}
+        if eps is not None:
+            section.update(eps=basis_eps, **({"delta": basis_delta} if basis_delta is not None else {}))
+        return section
+    if basis == "pooled":
+        if eps is not None:
+            raise InputError("basis 'pooled' computes an FPCA of every curve without noise, so the released beta_hat "
+                             "would not be differentially private: use 'fpca' (federated DP-FPCA), a fixed basis "
+                             f"({', '.join(FIXED_BASES)}) or eps=None")
+        return {"kind": "pooled", "n_components": n_components}
+    raise InputError(f"basis: choose one of {', '.join(FIXED_BASES)}, 'fpca', 'pooled' or give a FunctionalBasis, "
+                     f"got {basis!r}")
+
+
+def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0, delta: float = 1e-5,
+        privacy: str = "total", n_clients: int | None = None, client_ids=None, penalty: str = "l1",
+        lam: float = 0.05, rounds: int | None = None, basis="cosine", n_components: int = 10,
+        clip: float = 3.0, clip_shape: str = "sphere", intercept: bool = True, intercept_share: float = 0.5,
+        response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, estimator: str | None = None,
+        basis_eps: float = 1.0, basis_delta: float | None = None, seed: int = 0, noise_source: str = "seeded",
+        response: str = "response", client_column: str | None = None, out=None, data_dir=None,
+        reference: bool = True, progress=False, name: str = "fit") -> FunctionalModel:
+    """Fit a differentially private functional quantile regression by FDP-ADMM.
+
+    Q_tau(y | X) = intercept + int beta(t) X(t) dt, with the rows split over simulated clients
+    that each release only Gaussian-noised iterates (paper 000; docs/api.md).
+
+    Parameters
+    ----------
+    curves : (n, G) array, skfda.FDataGrid or pandas.DataFrame
+        The curves X_j on a common grid (any strictly increasing grid).  A DataFrame has one
+        column per grid point (``t=<point>`` or numeric names), the response column and,
+        optionally, a client column.
+    y : (n,) array or None
+        The responses (None: the DataFrame's ``response`` column).
+    grid : (G,) array or None
+        The grid of an array input (default: G equispaced points on [0, 1]).
+    tau : float
+        Quantile level (default: 0.5).
+    eps, delta : float
+        Privacy budget (defaults: 1.0, 1e-5); ``eps=None`` runs F-ADMM without noise.
+    privacy : {"total", "per_round"}
+        "total" (default): (eps, delta) is for the whole run of every client, and the noise is
+        calibrated by the PLD accountant to meet it; "per_round": each round spends (eps, delta)
+        (the paper's rule) and the run composes to more (reported in ``model.privacy``).
+    n_clients : int or None
+        Split the rows into this many simulated clients (seeded; default 10).
+    client_ids : (n,) labels or None
+        The client of every row instead (one client per distinct label).
+    penalty, lam : str, float
+        Penalty P ("l1", "l2", "elastic_net", "scad", "mcp", "none") and its weight (defaults: l1, 0.05);
+        the intercept is never penalized.
+    rounds : int or None
+        L (default: 80; 30 in per_round mode, the paper's setting).
+    basis : str or FunctionalBasis
+        "cosine" (default), "bspline", "fourier" (fixed: no privacy cost), "fpca" (federated DP-FPCA
+        at (basis_eps, basis_delta), charged to every client's ledger), "pooled" (non-private FPCA;
+        only with eps=None) or a FunctionalBasis on the curves' grid.
+    n_components : int
+        K (default: 10).
+    clip, clip_shape : float, str
+        c1, the bound on every client's feature rows, and its shape (defaults: 3.0, "sphere").
+    intercept, intercept_share : bool, float
+        Fit an intercept through the public column c0 = intercept_share * clip (defaults: True, 0.5).
+    response_offset : float
+        A public constant subtracted from y on every client and added back to the intercept (default: 0).
+    rho, step, estimator : float, float or None, str or None
+        ADMM penalty (default 0.1); a constant step eta (default: 3.0; paper 000's Theorem 2 step in
+        per_round mode); the released estimator "last", "average" or "tail_average" (default:
+        tail_average, the mean of the last half of the global iterates; last in per_round mode).
+    seed : int
+        Seeds the split, the basis phase and the noise (default: 0).
+    noise_source : {"seeded", "os_entropy"}
+        "os_entropy" draws the noise from the operating system (not reproducible) (default: "seeded").
+    out : path or None
+        Also write a results directory there (readable by :func:`load_results`).
+    data_dir : path or None
+        Keep the per-client files there (default: a temporary directory, removed after the fit).
+    reference : bool
+        Solve the exact non-private problem on the pooled rows for the history's objective gap
+        (default: True).
+    progress : bool or callable
+        Print a line every tenth of the rounds, or call ``progress(round, metrics)`` each round.
+
+    Returns
+    -------
+    FunctionalModel
+        ``beta_hat`` (FDataGrid), ``intercept``, ``predict(curves)``, ``privacy`` (eps by PLD, delta,
+        neighbouring relation, mode), ``ledger``, ``history``, ``scenario``.
+    """
+    from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+    from fdp_flower.engines.inprocess import run_fdp_admm
+    from fdp_flower.functional.design import CurveData
+    from fdp_flower.functional.node_files import file_digest, write_node_file
+    from fdp_flower.outputs.results import write_results
+
+    values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
+                                                         client_column=client_column)
+    if labels is not None and client_ids is not None:
+        raise InputError("give client_ids or client_column, not both")
+    parts, _names = client_partition(len(response_values), n_clients=n_clients,
+                                     client_ids=labels if labels is not None else client_ids, seed=seed)
+    with _client_directory(data_dir) as directory:
+        paths = [write_node_file(directory / f"client-{i}.npz",
+                                 CurveData(values[rows], response_values[rows], grid)) for i, rows in enumerate(parts)]
+        algorithm: dict[str, Any] = {"kind": "fdp_admm", "rho": rho}
+        if eps is None:  # no noise: the same schedule as total-budget mode (a constant step and a tail average)
+            from fdp_flower.algorithms.fdp_admm.config import TOTAL_BUDGET_DEFAULTS
+
+            algorithm.update(TOTAL_BUDGET_DEFAULTS)
+        if rounds is not None:
+            algorithm["rounds"] = rounds
+        if step is not None:
+            algorithm["step"] = {"kind": "constant", "eta0": step}
+        if estimator is not None:
+            algorithm["estimator"] = {"kind": estimator}
+        data = {
+            "name": name, "seed": seed,
+            "data": {"kind": "client_arrays", "paths": [str(p) for p in paths],
+                     "digests": [file_digest(p) for p in paths], "response_offset": response_offset},
+            "federation": {"num_clients": len(parts)},
+            "basis": _basis_section(basis, n_components, eps, basis_eps, basis_delta, directory, grid),
+            "model": {"loss": {"kind": "quantile", "tau": tau}, "penalty": {"kind": penalty, "lam": lam},
+                      "clip_c1": clip, "clip_shape": clip_shape, "intercept": intercept,
+                      "intercept_share": intercept_share},
+            "algorithm": algorithm,
+            "privacy": _privacy_section(eps, delta, privacy, noise_source),
+            "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
+        }
+        scenario = _parse(parse_scenario, data, "fit()")
+        printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_rdp"))
+        result = run_fdp_admm(scenario, progress=printer, with_reference=reference)
+        if out is not None:
+            write_results(result, out)
+        return FunctionalModel.from_run(result)
+
+
+# ---------------------------------------------------------------- tabular inputs
+def tabular_inputs(features, y) -> tuple[np.ndarray, np.ndarray]:
+    """(features (n, K), y (n,)) as finite float arrays (a DataFrame's values are taken as they are)."""
+    x = _as_float("X", features.to_numpy() if _is_dataframe(features) else features)
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise InputError(f"X: expected an (n, K) array, got shape {x.shape}")
+    r = _as_float("y", y.to_numpy() if hasattr(y, "to_numpy") else y)
+    if r.shape != (x.shape[0],):
+        raise InputError(f"y: expected {x.shape[0]} responses (one per row), got shape {r.shape}")
+    return _finite("X", x), _finite("y", r)
+
+
+def _write_tabular(directory: Path, x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> tuple[list[str], list[str]]:
+    from fdp_flower.data.tabular import write_arrays_file
+    from fdp_flower.functional.node_files import file_digest
+
+    paths = [write_arrays_file(directory / f"client-{i}.npz", x[rows], y[rows]) for i, rows in enumerate(parts)]
+    return [str(p) for p in paths], [file_digest(p) for p in paths]
+
+
+def _check_labels(loss: str, y: np.ndarray) -> None:
+    if loss == "logistic" and not np.all(np.isin(y, (-1.0, 1.0))):
+        raise InputError("y: the logistic loss needs labels in {-1, +1}")
+
+
+# ---------------------------------------------------------------- peer-to-peer
+P2P_GRAPHS = ("ring", "complete", "star", "random_regular", "erdos_renyi", "small_world")
+
+
+def _topology(graph, num_nodes: int, degree: int | None) -> dict[str, Any]:
+    if isinstance(graph, str):
+        if graph not in P2P_GRAPHS:
+            raise InputError(f"graph: choose one of {', '.join(P2P_GRAPHS)} or give an edge list, got {graph!r}")
+        section: dict[str, Any] = {"kind": graph, "num_nodes": num_nodes}
+        if degree is not None:
+            key = {"random_regular": "degree", "erdos_renyi": "average_degree", "small_world": "k"}.get(graph)
+            if key is None:
+                raise InputError(f"degree: graph {graph!r} has no degree parameter")
+            section[key] = degree
+        return section
+    edges = [tuple(int(v) for v in e) for e in graph]
+    return {"kind": "custom", "num_nodes": num_nodes, "edges": edges}
+
+
+def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "zcdp_nfl", loss: str = "quantile",
+            tau: float = 0.5, penalty: str = "none", lam: float = 0.0, eps: float | None = 1.0, delta: float = 1e-5,
+            privacy: str = "total", n_nodes: int | None = None, node_ids=None, steps: int | None = None,
+            clip: float = 1.0, residual_bound: float = 1.0, intercept: bool = True, intercept_share: float = 0.5,
+            seed: int = 0, out=None, data_dir=None, reference: bool = True, name: str = "fit_p2p") -> TabularModel:
+    """Fit a linear model peer to peer (no server): zCDP-NFL, DP-NFL, zCDP-grad-NFL, PR-ADMM or
+    decentralized ADMM (papers 002 and 004; docs/api.md).
+
+    Parameters
+    ----------
+    X, y : (n, K) and (n,) arrays
+        Features and responses (labels in {-1, +1} for the logistic loss).
+    graph : str or list of (i, j)
+        "ring" (default), "complete", "star", "random_regular", "erdos_renyi", "small_world" or an edge list.
+    degree : int or None
+        The degree of random_regular / small_world graphs, the expected degree of erdos_renyi.
+    algorithm : str
+        "zcdp_nfl" (default), "dp_nfl", "zcdp_grad_nfl", "pr_admm" or "decentralized_admm" (needs eps=None).
+    loss, tau, residual_bound : str, float, float
+        "quantile" (default), "absolute", "logistic" or "squared" (residual clipped at residual_bound).
+    penalty, lam : str, float
+        Penalty and weight (default: none, 0); the intercept is never penalized.
+    eps, delta, privacy : as in :func:`fit` (per_round: each step's zCDP budget is the first step's).
+    n_nodes, node_ids : the split of the rows over the graph's nodes (default 10 seeded parts).
+    steps : int or None
+        T (default: the algorithm's).
+    clip : float
+        c1, the row-norm bound of every node's features (default: 1.0).
+    intercept, intercept_share, seed, out, data_dir, reference, name : as in :func:`fit`.
+
+    Returns
+    -------
+    TabularModel
+        ``coefficients`` and ``intercept`` (mean of the nodes' last released estimates), ``node_coefficients``,
+        ``predict(X)``, ``privacy``, ``ledger``, ``history``.
+    """
+    from fdp_flower.algorithms.p2p.config import build_graph, build_problem, parse_p2p_scenario
+    from fdp_flower.engines.p2p import run_scenario
+
+    x, r = tabular_inputs(X, y)
+    _check_labels(loss, r)
+    parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed)
+    if len(parts) < 2:
+        raise InputError("n_nodes: a peer-to-peer graph needs at least 2 nodes")
+    with _client_directory(data_dir) as directory:
+        paths, digests = _write_tabular(directory, x, r, parts)
+        alg: dict[str, Any] = {"kind": algorithm}
+        if steps is not None:
+            alg["steps"] = steps
+        data = {
+            "name": name, "seed": seed, "topology": _topology(graph, len(parts), degree),
+            "data": {"kind": "arrays", "paths": paths, "digests": digests, "loss": loss, "tau": tau,
+                     "residual_bound": residual_bound, "penalty": penalty, "lam": lam, "c1": clip,
+                     "intercept": intercept, "intercept_share": intercept_share},
+            "algorithm": alg,
+            "privacy": _privacy_section(eps, delta, privacy, "seeded"),
+            "output": {"dir": str(out) if out is not None else "results"},
+        }
+        scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
+        graph_ = build_graph(scenario.topology, scenario.seed)
+        problem = build_problem(scenario.data, graph_.num_nodes, scenario.seed, with_reference=reference)
+        result = run_scenario(scenario, problem=problem)
+        history = {k: np.asarray(v) for k, v in result.metrics.items()}
+        rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
+        if out is not None:
+            _write_tabular_results(out, scenario, rows, result.ledger, iterates={
+                "released": result.released, "duals": result.duals})
+    report = PrivacyReport.from_ledger(result.ledger, delta=scenario.privacy.delta,
+                                       mode=scenario.privacy.mode if eps is not None else None, eps_budget=eps)
+    node_w = np.asarray(result.released[-1], dtype=float)
+    return TabularModel(node_w.mean(axis=0), p2p_intercept_scale(scenario), scenario, report, result.ledger,
+                        history_frame(rows), node_w=node_w)
+
+
+# ---------------------------------------------------------------- gradient perturbation
+def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", tau: float = 0.5,
+                 lam: float = 1e-3, constraint: str = "lasso", eps: float | None = 1.0, delta: float = 1e-5,
+                 n_clients: int | None = None, client_ids=None, rounds: int | None = None, rho: float | None = None,
+                 eta: float | None = None, clip: float = 1.0, neighbouring: str = "add_remove",
+                 intercept: bool = True, intercept_share: float = 0.5, seed: int = 0, out=None, data_dir=None,
+                 reference: bool = True, name: str = "fit_gradient") -> TabularModel:
+    """Fit a generalized lasso by DP-ADMM or DP-AccADMM with gradient perturbation (paper 003; docs/api.md).
+
+    min_x (1/n) sum_j l(x; a_j, y_j) + lam ||A x||_1 with A = I ("lasso") or the graph-guided
+    A = [W; I] ("graph_guided", W estimated on the pooled rows, non-private as in the paper).
+
+    Parameters
+    ----------
+    X, y : (n, K) and (n,) arrays
+        Features and responses (labels in {-1, +1} for the logistic loss).
+    algorithm : {"dp_admm", "dp_acc_admm"}
+    loss, tau : "logistic" (default), "quantile" or "absolute"; the quantile level.
+    lam, constraint : weight of ||A x||_1 and the kind of A (defaults: 1e-3, "lasso"); the intercept is
+        outside A x.
+    eps, delta : the total budget of the run (paper 003, Theorem 1, one calibration for all T rounds);
+        eps=None runs plain ADMM / AccADMM.
+    neighbouring : "add_remove" (the paper's sensitivity c/m, default) or "replace_one" (2c/m).
+    n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,
+    name : as in :func:`fit` (rounds, rho, eta default to the schema's 200, 0.3, 4.0).
+
+    Returns
+    -------
+    TabularModel
+    """
+    from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
+    from fdp_flower.config.base import validate_mapping
+    from fdp_flower.engines.gradient_admm import run_scenario
+
+    x, r = tabular_inputs(X, y)
+    _check_labels(loss, r)
+    parts, _ = client_partition(len(r), n_clients=n_clients, client_ids=client_ids, seed=seed)
+    with _client_directory(data_dir) as directory:
+        paths, digests = _write_tabular(directory, x, r, parts)
+        alg: dict[str, Any] = {"kind": algorithm, "neighbouring": neighbouring}
+        alg.update({k: v for k, v in (("rounds", rounds), ("rho", rho), ("eta", eta)) if v is not None})
+        privacy = ({"enabled": False, "delta": delta} if eps is None
+                   else {"enabled": True, "eps": eps, "delta": delta})
+        data = {
+            "name": name, "seed": seed,
+            "data": {"kind": "arrays", "paths": paths, "digests": digests, "intercept": intercept,
+                     "intercept_share": intercept_share},
+            "federation": {"num_clients": len(parts)},
+            "model": {"loss": {"kind": loss, "tau": tau}, "lam": lam, "constraint": {"kind": constraint},
+                      "clip_c1": clip},
+            "algorithm": alg, "privacy": privacy,
+            "output": {"dir": str(out) if out is not None else "results"},
+        }
+        scenario = _parse(lambda d, s: validate_mapping(GradientADMMScenario, d, s), data, "fit_gradient()")
+        result, _problem, _ref = run_scenario(scenario, with_reference=reference)
+        if out is not None:
+            _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x})
+    report = PrivacyReport.from_ledger(result.ledger, delta=delta, mode="total" if eps is not None else None,
+                                       eps_budget=eps)
+    return TabularModel(np.asarray(result.state.x, dtype=float), gradient_intercept_scale(scenario), scenario,
+                        report, result.ledger, history_frame(result.history))
+
+
+def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterates: dict | None = None,
+                           final: dict | None = None) -> Path:
+    """The results directory of a peer-to-peer or gradient fit, in the layout of ``fdp-flower run``."""
+    import json
+
+    from fdp_flower.config.base import scenario_to_yaml
+    from fdp_flower.outputs.results import write_csv
+
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+    write_csv(path / "history.csv", history)
+    write_csv(path / "ledger.csv", ledger.to_rows())
+    if iterates is not None:
+        np.savez(path / "iterates.npz", **iterates)
+    if final is not None:
+        np.savez(path / "final.npz", **final)
+    summary = {"name": scenario.name, "engine": "inprocess", "stop_reason": "completed",
+               "final": history[-1] if history else {}}
+    (path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    return path
