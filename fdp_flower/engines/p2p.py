@@ -1,4 +1,4 @@
-"""In-process engine of the peer-to-peer mode (spec sections 3 and 4).
+"""In-process engine of the peer-to-peer mode (docs/algorithms.md, sections 3 and 4).
 
 Runs every node's round with :func:`fdp_flower.algorithms.p2p.node.node_round` -- the same
 function the Flower relay's client calls, on the same arrays in the same order,

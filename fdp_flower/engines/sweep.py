@@ -66,7 +66,7 @@ class SweepConfig(BaseModel):
                                         description="alternative override sets (dotted field -> value), "
                                                     "combined with every grid point; empty: one case")
     estimator: Literal["final", "average", "scenario"] = Field(
-        "final", description="the estimate summarised: final = w^L (paper 000's output), "
+        "final", description="the estimate summarised: final = w^L (Zhou & Xiang's (2022) output), "
                              "average = wbar^L = (1/L) sum_l w^l, scenario = each configuration's "
                              "algorithm.estimator (all post-processing, free)")
     engine: Literal["batched", "inprocess"] = Field(
@@ -75,7 +75,7 @@ class SweepConfig(BaseModel):
     workers: int | None = Field(None, ge=1, le=256, description="worker processes (null: the CPU count, "
                                                                 "at most the number of repetitions)")
     history: bool = Field(True, description="keep per-round MISE and privacy spent (mean over repetitions)")
-    paper_table: int | None = Field(None, ge=1, le=6, description="paper 000's table this sweep reproduces "
+    paper_table: int | None = Field(None, ge=1, le=6, description="Zhou & Xiang's (2022) table this sweep reproduces "
                                                                    "(fdp-flower report puts its numbers beside ours)")
 
     @field_validator("grid")

@@ -291,7 +291,7 @@ def load_tecator() -> CurveData:
 
 def load_dataset(name: str, *, seed: int = 0, n_samples: int = 3000, tau: float = 0.5,
                  grid_points: int = 100) -> CurveData:
-    """A named data set: ``tecator`` or ``paper`` (the design of paper 000, ``n_samples`` curves)."""
+    """A named data set: ``tecator`` or ``paper`` (the design of Zhou & Xiang (2022), ``n_samples`` curves)."""
     if name == "tecator":
         return load_tecator()
     if name == "paper":

@@ -51,7 +51,7 @@ from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
 class FDPADMMStrategy(Strategy):
-    """Server side of FDP-ADMM / F-ADMM (paper 000; spec section 1, step 2).
+    """Server side of FDP-ADMM / F-ADMM (Zhou & Xiang 2022; docs/algorithms.md, eqs. (1.4)-(1.5)).
 
     Parameters
     ----------

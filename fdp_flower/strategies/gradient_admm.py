@@ -1,4 +1,4 @@
-"""DP-ADMM / DP-AccADMM server strategy (paper 003; spec section 5), Flower Message API.
+"""DP-ADMM / DP-AccADMM server strategy (Xu et al. 2020; docs/algorithms.md, section 5), Flower Message API.
 
 The server keeps x, y, u (and for DP-AccADMM xh, uh, theta); each round it sends
 every client the point xh_{t-1}, receives the clients' noisy gradients, and on the
@@ -43,7 +43,7 @@ class GradientFederationError(RuntimeError):
 
 
 class GradientADMMStrategy(Strategy):
-    """Server side of DP-ADMM (``accelerated=False``) and DP-AccADMM (paper 003, Algorithms 2-3).
+    """Server side of DP-ADMM (``accelerated=False``) and DP-AccADMM (Xu et al. 2020, Algorithms 2-3).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""The FDP-ADMM / F-ADMM scenario schema (paper 000): data, basis, model, algorithm, privacy.
+"""The FDP-ADMM / F-ADMM scenario schema (Zhou & Xiang 2022): data, basis, model, algorithm, privacy.
 
 Parsed once per run; frozen; unknown fields are errors.
 """
@@ -49,7 +49,7 @@ class EstimatorConfig(_Frozen):
 
 
 class FDPADMMConfig(_Frozen):
-    """FDP-ADMM (privacy on) / F-ADMM (privacy off), paper 000."""
+    """FDP-ADMM (privacy on) / F-ADMM (privacy off), Zhou & Xiang (2022)."""
 
     kind: Literal["fdp_admm"] = Field("fdp_admm", description="variant tag")
     rho: float = Field(0.1, gt=0, description="ADMM penalty rho")
