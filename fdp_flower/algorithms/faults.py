@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -173,6 +174,9 @@ class FailureRecord:
     client: int
     reason: str
     charged: bool
+
+    #: the header of ``failures.csv`` (written also when no client failed)
+    COLUMNS: ClassVar[tuple[str, ...]] = ("round", "client", "reason", "charged")
 
     def to_row(self) -> dict:
         return {"round": self.round, "client": self.client, "reason": self.reason, "charged": int(self.charged)}

@@ -154,20 +154,17 @@ def extend_run(sub) -> None:
     inner = run.get_default("func")
 
     def run_with_engine(args: argparse.Namespace) -> int:
-        from fdp_flower.algorithms.fdp_admm.config import Scenario
         from fdp_flower.algorithms.registry import load_any_scenario as load_scenario
 
         if args.engine == "flower":
             return _run_on_flower(args, load_scenario)
         code = inner(args)
         if code == 0 and not args.no_plots and args.scenario:
-            from fdp_flower.outputs.plots import plot_run_history
-            from fdp_flower.outputs.results import read_csv
+            from fdp_flower.outputs.plots import plot_results_dir
 
             scenario = load_scenario(args.scenario, args.set)
-            out = Path(args.out or f"{scenario.output.dir}/{scenario.name}")
-            if isinstance(scenario, Scenario) and (out / "history.csv").is_file():
-                path = plot_run_history(read_csv(out / "history.csv"), out / "convergence.png", scenario.name)
+            path = plot_results_dir(Path(args.out or f"{scenario.output.dir}/{scenario.name}"))
+            if path is not None:
                 print(f"plot: {path}")
         return code
 

@@ -285,6 +285,7 @@ def summarize_sweep(result: SweepResult) -> dict:
             "tau": sc.model.loss.tau, "penalty": sc.model.penalty.kind, "num_clients": sc.federation.num_clients,
             "private": sc.privacy.enabled, "eps": sc.privacy.eps if sc.privacy.enabled else None,
             "delta": sc.privacy.delta if sc.privacy.enabled else None, "rounds": sc.algorithm.rounds,
+            "mode": sc.privacy.mode if sc.privacy.enabled else None,
             "repetitions": int(n), "mise_mean": float(vals.mean()),
             "mise_std": float(vals.std(ddof=1)) if n > 1 else 0.0,
             "mise_se": float(vals.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
