@@ -131,7 +131,7 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
             check_resumable(checkpoint, scenario)
             print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
         results = Path(args.out or run_config.pop("results-dir", None) or scenario.output.dir).resolve()
-        supernodes = args.supernodes or clients_of(scenario)
+        supernodes = clients_of(scenario) if args.supernodes is None else args.supernodes
         if supernodes < 1:
             raise ScenarioError(f"--supernodes must be >= 1, got {supernodes}")
         print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower with {supernodes} simulated "
