@@ -184,3 +184,17 @@ def test_run_sh_from_a_fresh_clone_uses_its_own_superlink_next_to_an_unrelated_o
     assert not list(other.rglob("summary.json"))  # nothing in their working directory
     assert not (clone / ".venv").exists()  # FDP_FLOWER_VENV: nothing installed
     assert os.access(clone / "run.sh", os.X_OK)
+
+
+def test_resume_on_the_simulation_refuses_one_supernode_per_client_before_starting_anything(tmp_path, capsys):
+    """A resumed simulated run routes clients by name, which needs fewer SuperNodes than clients."""
+    from fdp_flower.algorithms.fdp_admm.config import load_scenario
+    from fdp_flower.cli import main
+    from fdp_flower.engines.inprocess import run_fdp_admm
+
+    overrides = ["data.n_samples=600", "federation.num_clients=3", "algorithm.rounds=3", "output.checkpoint_every=1"]
+    ckpt = tmp_path / "interrupted" / "checkpoint.npz"
+    run_fdp_admm(load_scenario(REPO / "scenarios/quickstart.yaml", overrides), checkpoint_path=ckpt, stop_after=1)
+    assert main(["run", "--resume", str(ckpt.parent), "--engine", "flower", "--supernodes", "3"]) == 2
+    captured = capsys.readouterr()
+    assert "needs fewer SuperNodes than clients (3)" in captured.err and "SuperLink" not in captured.out

@@ -131,9 +131,16 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
             check_resumable(checkpoint, scenario)
             print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
         results = Path(args.out or run_config.pop("results-dir", None) or scenario.output.dir).resolve()
-        supernodes = clients_of(scenario) if args.supernodes is None else args.supernodes
+        # A resumed simulated run names each client in its messages (the server cannot tell a node's
+        # partition from a first reply once the duals are non-zero); a simulated SuperNode accepts a
+        # name only when there are fewer SuperNodes than clients, so a resumed run uses one by default.
+        default = 1 if args.resume else clients_of(scenario)
+        supernodes = default if args.supernodes is None else args.supernodes
         if supernodes < 1:
             raise ScenarioError(f"--supernodes must be >= 1, got {supernodes}")
+        if args.resume and supernodes >= clients_of(scenario):
+            raise ScenarioError(f"--resume on the simulation runtime needs fewer SuperNodes than clients "
+                                f"({clients_of(scenario)}), got --supernodes {supernodes}")
         print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower with {supernodes} simulated "
               f"SuperNodes; results under {results}", flush=True)
         print(f"equivalent command on a running SuperLink: "
@@ -184,8 +191,8 @@ def extend_run(sub) -> None:
                      help="inprocess: run here (fast); flower: start a local SuperLink with Flower's simulation "
                           "runtime and `flwr run` the scenario on it")
     run.add_argument("--supernodes", type=int, default=None, metavar="N",
-                     help="--engine flower: simulated SuperNodes (default: one per client; with fewer, each "
-                          "simulates several clients)")
+                     help="--engine flower: simulated SuperNodes (default: one per client, with --resume one; "
+                          "with fewer than clients, each simulates several clients)")
     run.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
                      help="--engine flower: keys of the app's [tool.flwr.app.config] as `flwr run --run-config` "
                           "takes them, e.g. 'num-server-rounds=5 eps=0.8' or \"scenario='scenarios/x.yaml'\"")
