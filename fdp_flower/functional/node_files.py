@@ -239,7 +239,7 @@ def write_node_file(path: str | Path, data: CurveData) -> Path:
 
 
 # ------------------------------------------------------------------ data sets and partitions
-TECATOR_INSTALL_HINT = ("the Tecator spectra ship inside the sktime wheel: pip install --no-deps sktime "
+TECATOR_INSTALL_HINT = ("the Tecator spectra ship inside the sktime wheel: pip install --no-deps 'sktime>=0.30' "
                         "(only its data files are read; sktime itself is never imported)")
 TECATOR_WAVELENGTHS = (850.0, 1050.0)
 
