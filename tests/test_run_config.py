@@ -115,7 +115,7 @@ def test_the_app_bundle_holds_the_package_and_scenarios_only():
 
     names = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(APP_DIR))).namelist()
     tops = {name.split("/")[0] for name in names}
-    assert tops == {"fdp_flower", "scenarios", "README.md", "pyproject.toml", ".info"}
+    assert tops == {"fdp_flower", "scenarios", "README.md", "LICENSE", "pyproject.toml", ".info"}
     assert "fdp_flower/server_app.py" in names and "scenarios/flwr_default.yaml" in names
 
 
