@@ -28,25 +28,31 @@ from fdp_flower.privacy.mechanisms import zcdp_to_dp
 Neighbouring = Literal["replace_one", "add_remove"]
 NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 
-#: Replace-one sensitivity / add-remove sensitivity, for mechanisms where the
-#: ratio is known.  Each of these releases a public affine map of a mean
-#: (1/m) sum_j g(d_j) of per-record terms with ||g|| <= B and a public m: replacing
-#: one record moves the sum by up to 2B, adding or removing one by up to B.
+#: Replace-one sensitivity / add-remove sensitivity, for mechanisms where the ratio is known.
+#: Each of these releases a public affine map of a mean q(D) = (1/|D|) sum_{d in D} g(d) of
+#: per-record terms with ||g|| <= B, divided by the record count itself.  At the site's m = |D|:
 #:
-#: - ``gaussian_gradient``: DP-ADMM's noisy mean gradient (paper 003): c/m vs 2c/m.
-#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal (paper 000):
-#:   G/(m (rho + 1/eta)) vs 2G/(m (rho + 1/eta)).
+#: - replace-one: q(D') - q(D) = (g' - g) / m, norm <= 2B/m;
+#: - remove d (|D'| = m - 1): q(D) - q(D') = (g(d) - q(D')) / m, norm <= 2B/m;
+#: - add d (|D'| = m + 1): q(D') - q(D) = (g(d) - q(D)) / (m + 1), norm <= 2B/(m + 1).
+#:
+#: The worst add/remove neighbour (the removal) moves the mean as far as a replacement, so the
+#: ratio is 1 for every mechanism below (a factor 2 holds only for a sum over a fixed public
+#: denominator, which none of them releases):
+#:
+#: - ``gaussian_gradient``: DP-ADMM's noisy mean gradient (paper 003): 2c/m;
+#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal (paper 000): 2G/(m (rho + 1/eta));
 #: - ``pr_admm_primal``, ``nfl_primal``: exact or linearized local solves with a
-#:   strongly convex data-independent part (papers 004, 002): V/(2 m eta |V_i|) vs V/(m eta |V_i|).
-#: - ``fpca_covariance``: the federated FPCA second-moment matrix: c_b^2/m vs 2 c_b^2/m.
+#:   strongly convex data-independent part (papers 004, 002): V/(m eta |V_i|);
+#: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded.
 #:
 #: A bare ``gaussian`` release has no known query, so it is not converted.
 NEIGHBOURING_FACTORS: dict[str, float] = {
-    "gaussian_gradient": 2.0,
-    "fdp_admm_primal": 2.0,
-    "pr_admm_primal": 2.0,
-    "nfl_primal": 2.0,
-    "fpca_covariance": 2.0,
+    "gaussian_gradient": 1.0,
+    "fdp_admm_primal": 1.0,
+    "pr_admm_primal": 1.0,
+    "nfl_primal": 1.0,
+    "fpca_covariance": 1.0,
 }
 
 
