@@ -26,6 +26,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 )
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.functional.federated_fpca import FPCA_ROUND, basis_releases
 from fdp_flower.outputs.results import RunResult
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
@@ -98,6 +99,11 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     p = scenario.privacy
     if total_budget is None and p.enabled and p.mode == "total":
         total_budget = (p.eps, p.delta)
+    if plan.basis_multiplier is not None and not any(r.round == FPCA_ROUND for r in result.ledger.releases):
+        # The basis phase's releases (one per client, round 0, before round 1; same calibration as
+        # in Flower): in total mode they count against privacy.eps with FDP-ADMM's (NoisePlan).
+        b = scenario.basis
+        result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
     guard = None if total_budget is None else BudgetGuard(result.ledger, *total_budget)
     for round_ in range(state.round + 1, scenario.algorithm.rounds + 1):
         eta, sensitivity, sigma = plan.release(round_, sizes)
@@ -149,14 +155,6 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
             break
     if checkpoint_path is not None and scenario.output.checkpoint_every:
         _checkpoint(checkpoint_path, result)
-    if getattr(scenario.basis, "kind", None) == "federated_dp" and scenario.basis.private:
-        # The basis phase's releases (one per client, round 0; same calibration as in Flower).
-        # Recorded after the loop: the guard above enforces privacy.eps on FDP-ADMM's own
-        # releases, and the basis phase has its own declared budget (basis.eps, basis.delta).
-        from fdp_flower.functional.federated_fpca import basis_releases
-
-        b = scenario.basis
-        result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
     return result
 
 
