@@ -360,7 +360,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
         scenario = _parse(parse_scenario, data, "fit()")
-        printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_rdp"))
+        printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
         result = run_fdp_admm(scenario, progress=printer, with_reference=reference)
         if out is not None:
             write_results(result, out)
@@ -554,7 +554,7 @@ def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterat
     import json
 
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import write_csv
+    from fdp_flower.outputs.results import privacy_section, write_csv
 
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
@@ -565,7 +565,11 @@ def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterat
         np.savez(path / "iterates.npz", **iterates)
     if final is not None:
         np.savez(path / "final.npz", **final)
+    p = scenario.privacy
+    enabled = bool(p.enabled and ledger.releases)
     summary = {"name": scenario.name, "engine": "inprocess", "stop_reason": "completed",
-               "final": history[-1] if history else {}}
+               "final": history[-1] if history else {},
+               "privacy": privacy_section(ledger, p.delta, mode=getattr(p, "mode", "total") if enabled else None,
+                                          eps_budget=p.eps if enabled else None)}
     (path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return path

@@ -48,11 +48,12 @@ def plot_run_history(history: list[dict], path: str | Path, title: str = "") -> 
     ax.set_title("empirical loss at the released primals")
     ax = axes[1, 1]
     plotted = False
-    for key, label in (("eps_zcdp", "eps (zCDP conversion)"), ("eps_rdp", "eps (RDP)")):
+    for key, label in (("eps_pld", "eps (PLD accountant)"), ("eps_rdp", "eps (RDP, looser)"),
+                       ("eps_zcdp", "eps (zCDP conversion, looser)")):
         if _has(history, key):
             ax.plot(rounds, _column(history, key), label=label)
             plotted = True
-    ax.set_title("privacy spent by the worst client (composed)")
+    ax.set_title("privacy spent by the worst client (composed, replace-one)")
     if plotted:
         ax.legend()
     else:
@@ -113,11 +114,11 @@ def plot_sweep_convergence(summary: dict, history_rows: list[dict], path: str | 
         rows = [r for r in history_rows if r["config"] == c["config"]]
         label = "no privacy" if not c["private"] else f"eps={c['eps']:g}, delta={c['delta']:g}"
         axes[0].plot(_column(rows, "round"), _column(rows, "mise"), label=label)
-        if c["private"] and _has(rows, "eps_zcdp"):
-            axes[1].plot(_column(rows, "round"), _column(rows, "eps_zcdp"), label=label)
+        if c["private"] and _has(rows, "eps_pld"):
+            axes[1].plot(_column(rows, "round"), _column(rows, "eps_pld"), label=label)
     axes[0].set_yscale("log")
     axes[0].set_title(f"mean MISE of w^l (tau = {tau:g})")
-    axes[1].set_title("eps spent by the whole run so far (zCDP conversion)")
+    axes[1].set_title("eps spent by the whole run so far (PLD accountant, replace-one)")
     for a in axes:
         a.set_xlabel("round")
         a.grid(alpha=0.3)

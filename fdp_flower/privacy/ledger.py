@@ -175,10 +175,15 @@ def gaussian_epsilon(releases, delta: float) -> float:
     """The same eps in closed form (``dp_accounting.get_epsilon_gaussian`` on :func:`composed_multiplier`,
     no discretization): fast enough for every round of a history; equal to :func:`pld_epsilon` up to
     the PLD's discretization (1e-7 relative, tested)."""
-    z = composed_multiplier(releases)
-    if not math.isfinite(z):
+    return epsilon_of_rho(float(sum(r.zcdp_rho for r in releases)), delta)
+
+
+def epsilon_of_rho(rho: float, delta: float) -> float:
+    """:func:`gaussian_epsilon` from the composed zCDP rho of Gaussian releases: rho = sum_t Delta_t^2 /
+    (2 sigma_t^2) = mu^2 / 2, so the composition is the Gaussian of multiplier 1 / sqrt(2 rho)."""
+    if not rho > 0:
         return 0.0
-    return float(dp_accounting.get_epsilon_gaussian(z, delta))
+    return float(dp_accounting.get_epsilon_gaussian(1.0 / math.sqrt(2.0 * rho), delta))
 
 
 def zcdp_epsilon(releases, delta: float) -> float:
@@ -275,7 +280,7 @@ class PrivacyLedger:
                 client=client, round=t, releases=count, delta=delta, zcdp_rho=rho,
                 eps_zcdp=zcdp_to_dp(rho, delta),
                 eps_rdp=float(rdp_acc.get_epsilon(delta)) if spent else 0.0,
-                eps_pld=None if not with_pld else (gaussian_epsilon(rel[:done], delta) if spent else 0.0)))
+                eps_pld=None if not with_pld else epsilon_of_rho(rho, delta)))
         return out
 
     def under_neighbouring(self, neighbouring: Neighbouring) -> PrivacyLedger:

@@ -44,7 +44,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
-from fdp_flower.outputs.results import RunResult, summarize, write_results
+from fdp_flower.outputs.results import RunResult, privacy_headline, summarize, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.strategies.common import FederationError, run_results_dir, site_report, wait_for_nodes
 from fdp_flower.wire import pack_arrays, unpack_arrays
@@ -451,10 +451,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         f"{final.get('mise_estimate', final.get('mise', float('nan'))):.5f}" if final else "n/a")
     privacy = summary["privacy"]
     if scenario.privacy.enabled and privacy.get("private"):
-        w = privacy["worst_client"]
-        log(INFO, "fdp-flower: total privacy spent per client (worst client %d, %d releases): eps = %.4f "
-            "at delta = %g (PLD %.4f, RDP %.4f, zCDP %.4f; rho = %.5f)", w["client"], w["releases"],
-            privacy["eps"], privacy["delta"], w["eps_pld"], w["eps_rdp"], w["eps_zcdp"], w["zcdp_rho"])
+        log(INFO, "fdp-flower: %s (RDP %.4f, zCDP %.4f; rho = %.5f)", privacy_headline(privacy),
+            privacy["eps_rdp"], privacy["eps_zcdp"], privacy["zcdp_rho"])
     elif not scenario.privacy.enabled:
         log(INFO, "fdp-flower: privacy off (F-ADMM): no DP guarantee")
     for site in privacy.get("sites", []):

@@ -230,8 +230,13 @@ def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
 
 
 def privacy_columns(ledger, delta: float) -> dict[str, float]:
-    """Cheap per-round privacy figures of the worst-off client (zCDP and RDP; PLD at the end)."""
+    """Per-round privacy figures of the worst-off client: ``eps_pld`` (the headline accountant's eps, in
+    closed form from the composed rho: :func:`fdp_flower.privacy.ledger.epsilon_of_rho`), then the
+    looser ``eps_rdp`` and ``eps_zcdp`` and rho."""
+    from fdp_flower.privacy.ledger import epsilon_of_rho
+
     summary = ledger.worst_case(delta, with_pld=False)
     if summary is None:
-        return {"zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
-    return {"zcdp_rho": summary.zcdp_rho, "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}
+        return {"eps_pld": 0.0, "zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
+    return {"eps_pld": epsilon_of_rho(summary.zcdp_rho, delta), "zcdp_rho": summary.zcdp_rho,
+            "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}
