@@ -99,8 +99,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("mise", "objective_gap", "eps_pld") if k in row)
             print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
 
+    from fdp_flower.outputs.release_journal import journal_path
+
     result = run_fdp_admm(scenario, progress=progress, resume=resume,
-                          checkpoint_path=f"{out_dir}/{CHECKPOINT_NAME}")
+                          checkpoint_path=f"{out_dir}/{CHECKPOINT_NAME}",
+                          resume_journal=journal_path(resolve_checkpoint_path(args.resume)) if resume else None)
     out = write_results(result, out_dir)
     summary = summarize(result)
     if result.stop_reason != "completed":
