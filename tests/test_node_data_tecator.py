@@ -58,5 +58,6 @@ def test_tecator_dp_scenario_charges_the_basis_phase(tecator_files):
     result = run_fdp_admm(sc, with_reference=False)
     fpca = [r for r in result.ledger.releases if r.mechanism == "fpca_covariance"]
     assert [r.client for r in fpca] == [0, 1, 2] and all(r.round == 0 for r in fpca)
-    # ADMM (total eps 4 over 5 rounds) + basis (eps 4): the composition exceeds either alone
-    assert result.ledger.worst_case(sc.privacy.delta).eps > sc.privacy.eps
+    # privacy.eps is the whole run's: basis (eps 4) and the 5 FDP-ADMM rounds compose to it
+    worst = result.ledger.worst_case(sc.privacy.delta)
+    assert worst.releases == 6 and 0.97 * sc.privacy.eps <= worst.eps_pld <= sc.privacy.eps

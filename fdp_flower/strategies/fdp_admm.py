@@ -44,6 +44,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, releases_after
 from fdp_flower.outputs.results import RunResult, privacy_headline, summarize, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.strategies.common import FederationError, run_results_dir, site_report, wait_for_nodes
@@ -108,6 +109,9 @@ class FDPADMMStrategy(Strategy):
         self.clipped_rows: dict[int, int] = {}
         self.site_reports: dict[int, dict] = {}  # client -> its latest report of its own totals
         self.round_offset = 0
+        #: journal of requested releases (:mod:`fdp_flower.outputs.release_journal`), when a re-release
+        #: would draw new noise (node-local data, or a non-seeded noise source); set by the runner
+        self.journal: Path | None = None
 
     def resume_from(self, checkpoint) -> int:
         """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,
@@ -178,6 +182,11 @@ class FDPADMMStrategy(Strategy):
         self._outbox = []
         assignment = self._assign(node_ids)
         self._check_budget(server_round, [client for _, client in assignment])
+        if self.journal is not None:  # fsynced before any message leaves
+            clients = [c for _, c in assignment]
+            targets = range(self.num_clients) if any(c is None for c in clients) else clients
+            append_requests(self.journal, [r for r in (self._planned_release(server_round, c) for c in targets)
+                                           if r is not None])
         for node, client in assignment:
             cfg = {"round": server_round}
             if client is not None and self._named:
@@ -387,7 +396,12 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     """
     resume = None
     if str(context.run_config.get("resume", "") or ""):
-        from fdp_flower.outputs.checkpoint import CheckpointError, check_resumable, read_checkpoint
+        from fdp_flower.outputs.checkpoint import (
+            CheckpointError,
+            check_resumable,
+            read_checkpoint,
+            resolve_checkpoint_path,
+        )
 
         path = Path(str(context.run_config["resume"]))
         if not path.is_absolute() and not path.exists():
@@ -420,9 +434,16 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         strategy.ledger.record_many(setup.releases)
         strategy.node_of_client.update(setup.node_of_client)
         strategy.site_reports.update(setup.site_reports)
+    if scenario.privacy.enabled and (setup is not None or scenario.privacy.noise_source != "seeded"):
+        strategy.journal = out_dir / JOURNAL_NAME
     rounds_left = scenario.algorithm.rounds
     if resume is not None:
         rounds_left = strategy.resume_from(resume)
+        if strategy.journal is not None:  # made after the checkpoint by the interrupted run: charged too
+            lost = releases_after(resolve_checkpoint_path(path).with_name(JOURNAL_NAME), resume.round)
+            strategy.ledger.record_many(lost)
+            log(INFO, "fdp-flower: charging %d releases the interrupted run requested after round %d",
+                len(lost), resume.round)
         log(INFO, "fdp-flower: resuming after round %d of %d (%d releases already in the ledger)",
             resume.round, scenario.algorithm.rounds, len(resume.ledger.releases))
     stop_reason = "completed"
