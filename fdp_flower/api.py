@@ -233,6 +233,8 @@ def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta:
         section = {"kind": "federated_dp", "n_components": n_components, "private": eps is not None}
         if eps is not None:
             section.update(eps=basis_eps, **({"delta": basis_delta} if basis_delta is not None else {}))
+            if basis_eps is None:
+                raise InputError("basis_eps: give the eps of the federated FPCA summary")
         return section
     if basis == "pooled":
         if eps is not None:
@@ -249,7 +251,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         lam: float = 0.05, rounds: int | None = None, basis="cosine", n_components: int = 10,
         clip: float = 3.0, clip_shape: str = "sphere", intercept: bool = True, intercept_share: float = 0.5,
         response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, estimator: str | None = None,
-        basis_eps: float = 1.0, basis_delta: float | None = None, seed: int = 0, noise_source: str = "seeded",
+        basis_eps: float | None = None, basis_delta: float | None = None, seed: int = 0,
+        noise_source: str = "seeded",
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
         reference: bool = True, progress=False, name: str = "fit") -> FunctionalModel:
     """Fit a differentially private functional quantile regression by FDP-ADMM.
@@ -286,7 +289,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         L (default: 80; 30 in per_round mode, the paper's setting).
     basis : str or FunctionalBasis
         "cosine" (default), "bspline", "fourier" (fixed: no privacy cost), "fpca" (federated DP-FPCA
-        at (basis_eps, basis_delta), charged to every client's ledger), "pooled" (non-private FPCA;
+        at (basis_eps, basis_delta), charged to every client's ledger; in total mode inside ``eps``, the
+        whole run's budget; basis_eps default: eps / 2 in total mode, eps per round), "pooled" (non-private FPCA;
         only with eps=None) or a FunctionalBasis on the curves' grid.
     n_components : int
         K (default: 10).
@@ -351,7 +355,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "data": {"kind": "client_arrays", "paths": [str(p) for p in paths],
                      "digests": [file_digest(p) for p in paths], "response_offset": response_offset},
             "federation": {"num_clients": len(parts)},
-            "basis": _basis_section(basis, n_components, eps, basis_eps, basis_delta, directory, grid),
+            "basis": _basis_section(basis, n_components, eps,
+                                    basis_eps if basis_eps is not None or eps is None
+                                    else (eps / 2 if privacy == "total" else eps), basis_delta, directory, grid),
             "model": {"loss": {"kind": "quantile", "tau": tau}, "penalty": {"kind": penalty, "lam": lam},
                       "clip_c1": clip, "clip_shape": clip_shape, "intercept": intercept,
                       "intercept_share": intercept_share},
@@ -360,7 +366,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
         scenario = _parse(parse_scenario, data, "fit()")
-        printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_rdp"))
+        printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
         result = run_fdp_admm(scenario, progress=printer, with_reference=reference)
         if out is not None:
             write_results(result, out)
@@ -554,7 +560,7 @@ def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterat
     import json
 
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import write_csv
+    from fdp_flower.outputs.results import privacy_section, write_csv
 
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
@@ -565,7 +571,11 @@ def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterat
         np.savez(path / "iterates.npz", **iterates)
     if final is not None:
         np.savez(path / "final.npz", **final)
+    p = scenario.privacy
+    enabled = bool(p.enabled and ledger.releases)
     summary = {"name": scenario.name, "engine": "inprocess", "stop_reason": "completed",
-               "final": history[-1] if history else {}}
+               "final": history[-1] if history else {},
+               "privacy": privacy_section(ledger, p.delta, mode=getattr(p, "mode", "total") if enabled else None,
+                                          eps_budget=p.eps if enabled else None)}
     (path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return path

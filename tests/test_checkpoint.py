@@ -126,3 +126,38 @@ def test_os_entropy_noise_is_not_reproducible_but_keeps_the_calibration():
     assert not np.allclose(crypto[0].state.noisy_primals, crypto[1].state.noisy_primals)
     assert not np.allclose(crypto[0].state.noisy_primals, seeded.state.noisy_primals)
     assert crypto[0].ledger.to_rows() == seeded.ledger.to_rows()  # same sigma, same privacy
+
+
+def test_a_resume_with_os_entropy_noise_charges_every_release_the_crashed_run_made(tmp_path, monkeypatch, capsys):
+    """Crash in round 7 after its releases (last checkpoint: round 6): the resumed run draws new OS-entropy
+    noise for round 7, so the ledger holds both round-7 releases -- 8 per client for 7 rounds -- and the
+    reported eps is the PLD eps of all of them."""
+    from fdp_flower.privacy.ledger import pld_epsilon
+
+    monkeypatch.chdir(tmp_path)
+    sc = {**SCENARIO, "faults": {"failure_rate": 0.0}, "privacy": {"mode": "per_round", "eps": 1.0,
+                                                                  "noise_source": "os_entropy"}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
+    real = inprocess.run_fdp_admm
+
+    def crashing(scenario, **kw):
+        def progress(round_, row):
+            if round_ == 7:
+                raise Crash
+        return real(scenario, **{**kw, "progress": progress})
+
+    monkeypatch.setattr(inprocess, "run_fdp_admm", crashing)
+    with pytest.raises(Crash):
+        cli.main(["run", "s.yaml", "--out", "part"])
+    assert read_checkpoint(tmp_path / "part").round == 6
+    monkeypatch.setattr(inprocess, "run_fdp_admm", real)
+    assert cli.main(["run", "--resume", "part", "--out", "resumed"]) == 0
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    ledger = read_checkpoint(tmp_path / "resumed").ledger
+    for client in range(3):
+        assert sorted(r.round for r in ledger.of_client(client)) == [1, 2, 3, 4, 5, 6, 7, 7]
+    privacy = summary["privacy"]
+    assert privacy["releases"] == 8
+    assert privacy["eps"] == pytest.approx(pld_epsilon(ledger.of_client(privacy["worst_client"]), 1e-5), rel=1e-12)
+    assert privacy["eps"] > pld_epsilon(ledger.of_client(privacy["worst_client"])[:7], 1e-5)
+    assert "eps = " in capsys.readouterr().out

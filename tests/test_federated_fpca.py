@@ -121,3 +121,28 @@ def test_scenario_rules_for_federated_dp():
     with pytest.raises(ValueError, match="cannot whiten"):
         pre = ff.pre_basis("bspline", 6, np.linspace(0, 1, 20))
         ff.aggregate_basis([np.zeros((6, 6))], [np.zeros(6)], [5], pre, 2, whiten=True)
+
+
+def test_total_mode_budget_covers_the_private_basis_phase_in_process():
+    """privacy.eps in total mode is the whole run's budget: the federated DP-FPCA summary (its noise set
+    by basis.eps) and the L primal releases compose to it (PLD), within [0.97, 1] of the target."""
+    from fdp_flower.algorithms.fdp_admm.plan import NoisePlan
+    from fdp_flower.engines.inprocess import run_fdp_admm
+
+    sc = parse_scenario({"name": "fpca_total", "data": {"n_samples": 600}, "federation": {"num_clients": 3},
+                         "basis": {"kind": "federated_dp", "n_components": 3, "pre_basis_size": 8,
+                                   "eps": 0.5, "delta": 1e-6},
+                         "algorithm": {"rounds": 4},
+                         "privacy": {"enabled": True, "mode": "total", "eps": 1.0, "delta": 1e-5}})
+    result = run_fdp_admm(sc, with_reference=False)
+    assert "exhausted" not in (result.stop_reason or "")
+    assert len(result.history) == 4
+    for client in result.ledger.clients:
+        rel = result.ledger.of_client(client)
+        assert [r.round for r in rel] == [0, 1, 2, 3, 4]  # the summary first, then every round
+        eps = result.ledger.summary(client, 1e-5).eps_pld
+        assert 0.97 <= eps <= 1.0, eps
+    # the basis phase alone cannot take the whole budget
+    greedy = parse_scenario({**sc.model_dump(mode="json"), "basis": {**sc.basis.model_dump(mode="json"), "eps": 1.5}})
+    with pytest.raises(ValueError, match="whole run's budget.*basis.eps = 1.5"):
+        NoisePlan(greedy, 3).noise_multipliers

@@ -18,6 +18,7 @@ from fdp_flower.algorithms.gradient_admm.update import (
     graph_guided_matrix,
     min_gamma,
     next_theta,
+    paper_sensitivity,
     privacy_report,
     spectral_norm_gram,
     theorem1_alpha,
@@ -27,7 +28,7 @@ from fdp_flower.algorithms.gradient_admm.update import (
     x_update,
     y_update,
 )
-from fdp_flower.core.losses import LogisticLoss, QuantileLoss
+from fdp_flower.core.losses import AbsoluteLoss, LogisticLoss, QuantileLoss
 from fdp_flower.data import load_breast_cancer_binary, train_test_split_binary
 from fdp_flower.engines.gradient_admm import GradientADMMProblem, GradientPrivacy, run_gradient_admm, split_clients
 from fdp_flower.privacy import PrivacyLedger
@@ -108,39 +109,73 @@ def test_theorem1_sigma_matches_the_printed_formula_and_composes_to_eps():
     c, n, T, eps, delta, mu = 1.0, 3257, 100, 0.5, 1e-3, 0.5
     alpha = theorem1_alpha(eps, delta, mu)
     assert alpha == pytest.approx(math.log(1 / delta) / ((1 - mu) * eps) + 1)
+    # eq. (8) with the paper's Delta = c/n is the printed formula
+    assert float(theorem1_sigma(paper_sensitivity(c, n), rounds=T, eps=eps, delta=delta, mu=mu)) ** 2 == \
+        pytest.approx(c**2 * alpha * T / (2 * n**2 * eps * mu), rel=1e-12)
+    # the project calibrates with the valid 2c/n under both relations: twice the printed sigma
     sens = gradient_sensitivity(c, n, "add_remove")
+    assert sens == pytest.approx(2 * c / n) and gradient_sensitivity(c, n, "replace_one") == sens
     sigma = float(theorem1_sigma(sens, rounds=T, eps=eps, delta=delta, mu=mu))
-    assert sigma**2 == pytest.approx(c**2 * alpha * T / (2 * n**2 * eps * mu), rel=1e-12)  # eq. (8)
+    assert sigma**2 == pytest.approx(4 * c**2 * alpha * T / (2 * n**2 * eps * mu), rel=1e-12)
     releases = PrivacyLedger()
     from fdp_flower.algorithms.gradient_admm.update import make_releases
 
     for t in range(1, T + 1):
         releases.record_many(make_releases(round_=t, sensitivities=[sens], sigmas=[sigma],
                                            neighbouring="add_remove"))
-    # fixed-order RDP route of the proof: exactly eps (add/remove)
+    # fixed-order RDP route of the proof: exactly eps
     assert theorem1_epsilon(releases.releases, delta=delta, alpha=alpha) == pytest.approx(eps, rel=1e-12)
     # the accountant optimises the order, so it can only be tighter
     assert rdp_epsilon(releases.releases, delta) <= eps * (1 + 1e-9)
-    # replace-one doubles the sensitivity: RDP x4, eps = 4 mu eps + (1 - mu) eps at the same alpha
+    # the same sigma means the same eps under replace-one: the relabelled releases keep 2c/n
     swapped = under_neighbouring(releases, "replace_one")
-    assert swapped.releases[0].sensitivity == pytest.approx(2 * sens)
-    assert theorem1_epsilon(swapped.releases, delta=delta, alpha=alpha) == pytest.approx(
-        4 * mu * eps + (1 - mu) * eps, rel=1e-12)
+    assert swapped.releases[0].sensitivity == sens and swapped.releases[0].neighbouring == "replace_one"
     rep = {r.neighbouring: r for r in privacy_report(releases, delta=delta, alpha=alpha)}
-    assert rep["add_remove"].eps_theorem1 == pytest.approx(eps)
-    assert rep["replace_one"].eps_rdp > rep["add_remove"].eps_rdp
-    # calibrating for replace-one doubles sigma and restores eps under replace-one
-    sig2 = theorem1_sigma(gradient_sensitivity(c, n, "replace_one"), rounds=T, eps=eps, delta=delta, mu=mu)
-    assert float(sig2) == pytest.approx(2 * sigma)
+    assert rep["add_remove"].eps_theorem1 == pytest.approx(eps) == rep["replace_one"].eps_theorem1
+    assert rep["replace_one"].eps_rdp == pytest.approx(rep["add_remove"].eps_rdp)
 
 
 def test_sensitivity_validation():
-    assert gradient_sensitivity(2.0, 4, "add_remove") == pytest.approx(0.5)
+    assert gradient_sensitivity(2.0, 4, "add_remove") == pytest.approx(1.0)
     assert gradient_sensitivity(2.0, 4, "replace_one") == pytest.approx(1.0)
+    assert paper_sensitivity(2.0, 4) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="neighbouring"):
         gradient_sensitivity(1.0, 4, "swap")
     with pytest.raises(ValueError, match="mu"):
         theorem1_alpha(1.0, 1e-3, 1.0)
+
+
+def test_measured_mean_gradient_sensitivity_reaches_2c_over_m_under_add_remove_and_replace_one():
+    """Adversarial neighbours of a site with m rows for the absolute loss (rows ||a|| = c1 = 1, so
+    c = 1): at x = 0 a row (e_1, y) has gradient -sign(y) e_1, so the crowd (y = 1) sits at -c e_1
+    and the canary (y = -1) at +c e_1."""
+    loss, m, x = AbsoluteLoss(), 50, np.zeros(3)
+    e1 = np.eye(3)[:1]
+    mean = lambda rows, y: loss.mean_subgradient(x, np.repeat(e1, len(y), axis=0), np.asarray(y, float))  # noqa: E731
+    crowd = [1.0] * (m - 1)
+    full = mean(None, crowd + [-1.0])  # m rows, the canary in
+    removed = mean(None, crowd)  # m - 1 rows
+    replaced = mean(None, crowd + [1.0])  # m rows, the canary swapped for a crowd row
+    added = mean(None, crowd + [1.0, -1.0])  # m + 1 rows
+    bound = float(gradient_sensitivity(loss.gradient_bound(1.0), m, "add_remove"))
+    assert bound == float(gradient_sensitivity(loss.gradient_bound(1.0), m, "replace_one")) == 2.0 / m
+    assert np.linalg.norm(full - removed) == pytest.approx(bound, rel=1e-12)  # removal attains 2c/m
+    assert np.linalg.norm(full - replaced) == pytest.approx(bound, rel=1e-12)  # replacement too
+    assert np.linalg.norm(added - replaced) == pytest.approx(2.0 / (m + 1), rel=1e-12)  # addition: 2c/(m+1)
+    assert np.linalg.norm(full - removed) == pytest.approx(2 * float(paper_sensitivity(1.0, m)))  # c/m fails
+
+
+def test_logistic_labels_outside_plus_minus_one_are_refused_on_the_client():
+    feats = np.eye(3)
+    with pytest.raises(ValueError, match=r"labels in \{-1, \+1\}.*e\.g\. 50"):
+        client_release(loss=LOSS, x_hat=np.zeros(3), features=feats, response=np.array([1.0, -1.0, 50.0]),
+                       sigma=0.1, seed=0, client=0, round_=1)
+    with pytest.raises(ValueError, match="labels in"):
+        client_release(loss=LOSS, x_hat=np.zeros(3), features=feats, response=np.array([1.0, 0.0, 1.0]),
+                       sigma=None, seed=0, client=0, round_=1)
+    ok = client_release(loss=LOSS, x_hat=np.zeros(3), features=feats, response=np.array([1.0, -1.0, 1.0]),
+                        sigma=None, seed=0, client=0, round_=1)
+    assert np.linalg.norm(ok) <= 1.0
 
 
 def test_client_release_draws_the_release_rng_noise():
@@ -232,12 +267,12 @@ def test_private_run_is_reproducible_and_ledgered(cancer):
     assert len(r1.ledger.releases) == 30 * problem.num_clients
     rel = r1.ledger.releases[0]
     assert rel.mechanism == "gaussian_gradient" and rel.neighbouring == "add_remove"
-    np.testing.assert_allclose(r1.sensitivities, 1.0 / problem.counts)  # c = c1 = 1 for the logistic loss
+    np.testing.assert_allclose(r1.sensitivities, 2.0 / problem.counts)  # c = c1 = 1 for the logistic loss
     np.testing.assert_allclose(r1.sigmas * problem.counts, r1.sigmas[0] * problem.counts[0])
-    # the whole run spends the target eps per client under add/remove (Theorem 1)
+    # the whole run spends the target eps per client under either relation (Theorem 1 with 2c/m)
     rep = {r.neighbouring: r for r in privacy_report(r1.ledger, delta=1e-3, alpha=priv.alpha)}
     assert rep["add_remove"].eps_theorem1 == pytest.approx(1.0)
-    assert rep["replace_one"].eps_theorem1 == pytest.approx(4 * 0.5 + 0.5)
+    assert rep["replace_one"].eps_theorem1 == pytest.approx(1.0)
 
 
 def test_paper_initial_dual_is_refused_under_privacy(cancer):

@@ -29,8 +29,9 @@ def test_total_mode_table_and_plot(tmp_path, capsys):
         assert r[2] == "6"  # releases
         eps_zcdp, eps_rdp, eps_pld = map(float, r[4:7])
         assert 0.97 <= eps_pld <= 1.0 < eps_rdp < eps_zcdp
-        assert float(r[8]) < eps_pld  # add/remove view spends less
+        assert float(r[8]) == eps_pld  # a mean over m_i rows: add/remove moves it as far as replace-one
     assert "within the total budget" in out
+    assert "(PLD, replace-one neighbours)" in out
 
 
 def test_scenario_file_with_overrides(tmp_path, capsys):

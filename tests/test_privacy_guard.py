@@ -46,7 +46,7 @@ def test_guard_stops_before_the_release_that_would_exceed(accountant):
     report = guard.report()
     assert report.refused == exc.reason
     assert report.worst_client == 1 and 0 <= report.remaining < budget
-    assert report.worst_eps == pytest.approx(eps_after[7], rel=1e-9)
+    assert report.worst_eps == pytest.approx(eps_after[7], rel=1e-7)  # PLD vs its closed form
 
 
 def test_guard_never_lets_spend_exceed_the_budget():

@@ -18,7 +18,7 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
 
     from fdp_flower.algorithms.registry import family_of
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import LEDGER_COLUMNS, write_csv
+    from fdp_flower.outputs.results import LEDGER_COLUMNS, privacy_headline, privacy_section, write_csv
 
     if not args.scenario or args.resume:
         return None
@@ -52,22 +52,24 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
         rounds = len(next(iter(result.metrics.values())))
         write_csv(out / "history.csv", [{k: float(v[r]) for k, v in result.metrics.items()} for r in range(rounds)])
         np.savez(out / "iterates.npz", released=result.released, duals=result.duals)
-        summary = summarize(result, scenario.privacy.delta)
+        summary = summarize(result, scenario.privacy.delta, privacy=scenario.privacy)
+        who = "node"
     else:
         from fdp_flower.engines.gradient_admm import run_scenario
 
         result, _problem, reference = run_scenario(scenario)
         write_csv(out / "history.csv", result.history)
         np.savez(out / "final.npz", x=result.state.x)
-        summary = {"final": result.history[-1] if result.history else {}, "reference_objective": reference}
+        p = scenario.privacy
+        summary = {"final": result.history[-1] if result.history else {}, "reference_objective": reference,
+                   "privacy": privacy_section(result.ledger, p.delta, mode="total" if p.enabled else None,
+                                              eps_budget=p.eps if p.enabled else None)}
+        who = "client"
     write_csv(out / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in summary["final"].items()
                                 if isinstance(v, (int, float)) and k != "round"))
-    worst = result.ledger.worst_case(getattr(scenario.privacy, "delta", 1e-5))
-    if worst is not None:
-        print(f"privacy spent per client/node (worst, {worst.releases} releases): eps = {worst.eps:.4f} "
-              f"at delta = {worst.delta:g} (PLD accounting; RDP: {worst.eps_rdp:.4f})")
+    print(privacy_headline(summary["privacy"], who))
     print(f"results: {out}")
     return 0
 
@@ -80,7 +82,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fdp_flower.config.base import apply_overrides
     from fdp_flower.engines.inprocess import run_fdp_admm
     from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, read_checkpoint, resolve_checkpoint_path
-    from fdp_flower.outputs.results import summarize, write_results
+    from fdp_flower.outputs.results import privacy_headline, summarize, write_results
 
     resume = None
     if args.resume:
@@ -101,11 +103,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def progress(round_: int, row: dict) -> None:
         if round_ % max(1, rounds // 20) == 0 or round_ == rounds:
-            shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("mise", "objective_gap", "eps_rdp") if k in row)
+            shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("mise", "objective_gap", "eps_pld") if k in row)
             print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
 
+    from fdp_flower.outputs.release_journal import journal_path
+
     result = run_fdp_admm(scenario, progress=progress, resume=resume,
-                          checkpoint_path=f"{out_dir}/{CHECKPOINT_NAME}")
+                          checkpoint_path=f"{out_dir}/{CHECKPOINT_NAME}",
+                          resume_journal=journal_path(resolve_checkpoint_path(args.resume)) if resume else None)
     out = write_results(result, out_dir)
     summary = summarize(result)
     if result.stop_reason != "completed":
@@ -116,9 +121,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     mise = summary["final"].get("mise_estimate", summary["final"].get("mise"))
     print(f"final MISE ({scenario.algorithm.estimator.kind}) = {mise:.5f}" if mise is not None else
           f"final objective = {summary['final'].get('objective', float('nan')):.5g} (no true beta: no MISE)")
-    if summary["privacy"].get("private"):
-        print(f"privacy spent per client: eps = {summary['privacy']['eps']:.4f} at delta = "
-              f"{summary['privacy']['delta']:g} (worst client, PLD accounting)")
+    print(privacy_headline(summary["privacy"]))
     print(f"results: {out}")
     return 0
 

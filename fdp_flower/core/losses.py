@@ -46,6 +46,13 @@ class Loss(Protocol):
 class _LossBase:
     name: str = ""
 
+    def check_response(self, response) -> None:
+        """Raise a one-line ``ValueError`` unless every response is one the gradient bound holds for
+        (finite; the logistic loss also needs labels in {-1, +1})."""
+        response = np.asarray(response)
+        if not np.all(np.isfinite(response)):
+            raise ValueError(f"{self.name} loss: the responses must be finite")
+
     def mean(self, w, features, response, mask=None) -> np.ndarray:
         """(1/m) sum_j l(w; a_j, y_j)."""
         return _masked_mean(self.per_sample(w, features, response), mask)
@@ -111,6 +118,14 @@ class LogisticLoss(_LossBase):
 
     def gradient_bound(self, c1, *, paper_constants=False):
         return c1
+
+    def check_response(self, response) -> None:
+        """|dl/d(a.w)| = |y| / (1 + e^{y a.w}) <= 1 only for |y| = 1: any other label breaks G = c1."""
+        response = np.asarray(response, dtype=float)
+        bad = response[~np.isin(response, (-1.0, 1.0))]
+        if bad.size:
+            raise ValueError(f"logistic loss needs labels in {{-1, +1}}; {bad.size} of {response.size} are not "
+                             f"(e.g. {bad.flat[0]:g}): recode them on the site (the gradient bound G = c1 assumes it)")
 
 
 @dataclass(frozen=True)

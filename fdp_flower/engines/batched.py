@@ -53,6 +53,7 @@ from fdp_flower.core.losses import QuantileLoss
 from fdp_flower.engines.inprocess import stack_clients
 from fdp_flower.functional import design
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.privacy.ledger import epsilon_of_rho
 from fdp_flower.privacy.mechanisms import release_rng, zcdp_to_dp
 
 __all__ = ["BatchedResult", "SharedData", "data_key", "run_batched", "shared_setup"]
@@ -254,7 +255,8 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
                 row = {"round": l, "eta_mean": float(eta[l - 1, c].mean()), "mise": float(mise[c]),
                        "mise_avg": float(mise_avg[c]), "mise_estimate": float(mise_estimate[c])}
                 row.update({k: float(v[c]) for k, v in extra.items()})
-                if private[c]:
+                if private[c]:  # eps_pld: the ledger's PLD figure, closed form of the composed Gaussians
+                    row["eps_pld"] = epsilon_of_rho(float(cum_zcdp[l - 1, c]), deltas[c])
                     row["zcdp_rho"] = float(cum_zcdp[l - 1, c])
                     row["eps_zcdp"] = zcdp_to_dp(float(cum_zcdp[l - 1, c]), deltas[c])
                 rows[c].append(row)

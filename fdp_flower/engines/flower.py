@@ -416,9 +416,9 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
     summary = json.loads(next(results.glob("*/summary.json")).read_text())
     print(json.dumps({k: summary[k] for k in ("name", "stop_reason", "rounds_completed", "final",
                                               "final_global_w", "sample_sizes")}, indent=2))
-    if summary["privacy"].get("private"):
-        print(f"privacy spent per client (worst): eps = {summary['privacy']['eps']:.4f} at delta = "
-              f"{summary['privacy']['delta']:g} (server ledger)")
+    from fdp_flower.outputs.results import privacy_headline
+
+    print(privacy_headline(summary["privacy"]) + " [server ledger]")
     for site in summary["privacy"].get("sites", []):
         print(f"site of client {site['client']} reports eps = {site['run_eps']:.4f} in this run, {site['eps']:.4f} "
               f"over its lifetime (max-eps {site['max_eps']:g}) at delta = {site['delta']:g}, {site['neighbouring']}, "

@@ -26,6 +26,8 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 )
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.functional.federated_fpca import FPCA_ROUND, basis_releases
+from fdp_flower.outputs.release_journal import append_requests, journal_path, releases_after
 from fdp_flower.outputs.results import RunResult
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
@@ -54,7 +56,8 @@ def accounting_delta(scenario: Scenario) -> float:
 
 def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | None = None,
                  with_reference: bool = True, total_budget: tuple[float, float] | None = None,
-                 checkpoint_path=None, resume=None, stop_after: int | None = None) -> RunResult:
+                 checkpoint_path=None, resume=None, stop_after: int | None = None,
+                 resume_journal=None) -> RunResult:
     """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation.
 
     ``total_budget`` (eps, delta) is enforced by a :class:`~fdp_flower.privacy.BudgetGuard`
@@ -72,6 +75,12 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     ``output.checkpoint_every`` rounds and at the end; ``resume``: a
     :class:`~fdp_flower.outputs.checkpoint.Checkpoint` to continue from (same scenario);
     ``stop_after``: stop (as if interrupted) after this round (for tests).
+
+    Noise that cannot be drawn again (``privacy.noise_source`` other than ``seeded``): every round's
+    releases are journaled next to ``checkpoint_path`` before the noise is drawn
+    (:mod:`fdp_flower.outputs.release_journal`), and a resumed run records in its ledger the
+    journaled releases of rounds after the checkpoint (``resume_journal``: the journal of the run
+    being resumed; default: the one next to ``checkpoint_path``), since re-releasing them draws new noise.
     """
     t0 = time.perf_counter()
     sizes, basis, features, responses, clipped, evaluator = simulation_setup(
@@ -92,12 +101,26 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
         state = result.state = resume.state
         result.history, result.failures = list(resume.history), list(resume.failures)
         result.ledger.record_many(resume.ledger.releases)
+    journal = None
+    if checkpoint_path is not None and scenario.privacy.enabled and scenario.privacy.noise_source != "seeded":
+        journal = journal_path(checkpoint_path)
+    if resume is not None and scenario.privacy.enabled and scenario.privacy.noise_source != "seeded":
+        source = resume_journal if resume_journal is not None else journal
+        lost = [] if source is None else releases_after(source, resume.round)
+        if lost:  # made by the interrupted run after its last checkpoint: charged, then made again
+            log.info("charging %d releases the interrupted run made after round %d", len(lost), resume.round)
+            result.ledger.record_many(lost)
     faults = scenario.faults
     fault_seed = scenario.seed if faults.seed is None else faults.seed
     log.info("setup done in %.1fs (K=%d, M=%d)", time.perf_counter() - t0, dim, len(sizes))
     p = scenario.privacy
     if total_budget is None and p.enabled and p.mode == "total":
         total_budget = (p.eps, p.delta)
+    if plan.basis_multiplier is not None and not any(r.round == FPCA_ROUND for r in result.ledger.releases):
+        # The basis phase's releases (one per client, round 0, before round 1; same calibration as
+        # in Flower): in total mode they count against privacy.eps with FDP-ADMM's (NoisePlan).
+        b = scenario.basis
+        result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
     guard = None if total_budget is None else BudgetGuard(result.ledger, *total_budget)
     for round_ in range(state.round + 1, scenario.algorithm.rounds + 1):
         eta, sensitivity, sigma = plan.release(round_, sizes)
@@ -117,6 +140,8 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
             except BudgetExhausted as exc:
                 result.stop_reason = exc.reason
                 break
+        if journal is not None:
+            append_requests(journal, planned)
         primals = client_primal_step(
             objective=objective, noisy_primal=state.noisy_primals, global_w=state.global_w[None, :],
             dual=state.duals, features=f, response=y, eta=eta[:, None], rho=rho, mask=mask)
@@ -149,14 +174,6 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
             break
     if checkpoint_path is not None and scenario.output.checkpoint_every:
         _checkpoint(checkpoint_path, result)
-    if getattr(scenario.basis, "kind", None) == "federated_dp" and scenario.basis.private:
-        # The basis phase's releases (one per client, round 0; same calibration as in Flower).
-        # Recorded after the loop: the guard above enforces privacy.eps on FDP-ADMM's own
-        # releases, and the basis phase has its own declared budget (basis.eps, basis.delta).
-        from fdp_flower.functional.federated_fpca import basis_releases
-
-        b = scenario.basis
-        result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
     return result
 
 

@@ -186,11 +186,18 @@ def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | Non
                    progress=progress, accounting_delta=scenario.privacy.delta)
 
 
-def summarize(result: P2PResult, delta: float) -> dict:
-    """Final metrics, privacy spent, graph and link cuts of one run, as plain data."""
+def summarize(result: P2PResult, delta: float, *, privacy=None) -> dict:
+    """Final metrics, privacy spent (:func:`fdp_flower.outputs.results.privacy_section`, the same keys as
+    every family; ``privacy``: the scenario's privacy section, for the budget asked for), graph and link
+    cuts of one run, as plain data."""
+    from fdp_flower.outputs.results import privacy_section
+
     final = {k: float(v[-1]) for k, v in result.metrics.items() if k != "round"}
+    enabled = privacy is not None and privacy.enabled and bool(result.ledger.releases)
+    section = privacy_section(result.ledger, delta, mode=getattr(privacy, "mode", None) if enabled else None,
+                              eps_budget=privacy.eps if enabled else None)
     return {"algorithm": result.algorithm.kind, "steps": result.algorithm.steps, "seed": result.seed,
-            "final": final, "privacy": result.privacy(delta), "graph": result.graph.to_dict(),
+            "final": final, "privacy": section, "graph": result.graph.to_dict(),
             "cut_links_final": int(result.cut_links[-1])}
 
 
@@ -211,7 +218,7 @@ def main(argv=None) -> None:
     for rep in range(scenario.repetitions):
         res = run_scenario(scenario, repetition=rep, problem=problem,
                            metrics_every=max(1, scenario.algorithm.steps // 10))
-        print(json.dumps({"repetition": rep, **summarize(res, scenario.privacy.delta)}))
+        print(json.dumps({"repetition": rep, **summarize(res, scenario.privacy.delta, privacy=scenario.privacy)}))
 
 
 if __name__ == "__main__":

@@ -181,7 +181,7 @@ def _limit_threads() -> None:
         threadpool_limits(1)
 
 
-_HIST_COLUMNS = ("mise", "mise_avg", "mise_estimate", "eps_zcdp", "empirical_loss", "objective")
+_HIST_COLUMNS = ("mise", "mise_avg", "mise_estimate", "eps_pld", "eps_zcdp", "empirical_loss", "objective")
 
 
 def _compact(final: dict, history: list[dict]) -> tuple[dict, dict[str, np.ndarray]]:
@@ -278,7 +278,7 @@ def summarize_sweep(result: SweepResult) -> dict:
     configs = []
     for c, (labels, sc) in enumerate(spec.configs):
         vals = np.array([r["estimate_mise"] for r in result.runs if r["config"] == c], dtype=float)
-        eps_total = [r.get("eps_zcdp") for r in result.runs if r["config"] == c and r.get("eps_zcdp") is not None]
+        eps_total = [r.get("eps_pld") for r in result.runs if r["config"] == c and r.get("eps_pld") is not None]
         n = vals.size
         configs.append({
             "config": c, "labels": labels,
@@ -290,7 +290,10 @@ def summarize_sweep(result: SweepResult) -> dict:
             "mise_std": float(vals.std(ddof=1)) if n > 1 else 0.0,
             "mise_se": float(vals.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
             "mise_median": float(np.median(vals)),
-            "eps_zcdp_whole_run": float(np.mean(eps_total)) if eps_total else None,
+            # the whole run's eps per client (worst client), PLD accountant, replace-one neighbours
+            "eps_pld_whole_run": float(np.mean(eps_total)) if eps_total else None,
+            "accountant": "pld" if eps_total else None,
+            "neighbouring": "replace_one" if eps_total else None,
         })
     return {"name": spec.base.name, "source": spec.source, "estimator": spec.sweep.estimator,
             "engine": spec.sweep.engine, "repetitions": spec.sweep.repetitions,

@@ -41,7 +41,7 @@ from fdp_flower.privacy.ledger import GaussianRelease
 
 #: Ledger round of the covariance release: it happens before FDP-ADMM's round 1.
 FPCA_ROUND = 0
-#: Ledger mechanism name (its replace-one / add-remove factor, 2, is in
+#: Ledger mechanism name (its replace-one / add-remove factor, 1, is in
 #: :data:`fdp_flower.privacy.ledger.NEIGHBOURING_FACTORS`).
 FPCA_MECHANISM = "fpca_covariance"
 

@@ -347,14 +347,14 @@ def sweep_convergence_figure(summary: dict, history_rows: list[dict], max_lines:
         rows = [r for r in history_rows if r["config"] == c["config"]]
         label = _budget_label(c)
         (line,) = axes[0].plot(_column(rows, "round"), _column(rows, "mise"), label=label)
-        if c["private"] and _has(rows, "eps_zcdp"):
-            axes[1].plot(_column(rows, "round"), _column(rows, "eps_zcdp"), color=line.get_color(), label=label)
+        key = "eps_pld" if _has(rows, "eps_pld") else "eps_zcdp"
+        if c["private"] and _has(rows, key):
+            axes[1].plot(_column(rows, "round"), _column(rows, key), color=line.get_color(), label=label)
             if _mode(c) == "total":
                 axes[1].axhline(c["eps"], color=line.get_color(), ls="--", lw=1)
     axes[0].set_yscale("log")
     axes[0].set_title(f"mean MISE of w^l (tau = {tau:g})")
-    axes[1].set_title("eps spent so far (zCDP conversion, an upper bound;\ndashed: total budget, met under PLD)",
-                      fontsize=9)
+    axes[1].set_title("eps spent so far (PLD accountant, replace-one;\ndashed: total budget)", fontsize=9)
     axes[1].set_ylabel("eps of the worst client")
     for a in axes:
         a.set_xlabel("round")

@@ -76,12 +76,12 @@ def generic_markdown(summary: dict) -> str:
     keys = sorted({k for c in configs for k in c["labels"]})
     lines = [(f"### {summary['name']}: MISE ({summary['estimator']} estimate, "
               f"{summary['repetitions']} repetitions)"), "",
-             "| config | " + " | ".join(keys) + " | MISE mean | std | se | eps whole run (zCDP) |",
+             "| config | " + " | ".join(keys) + " | MISE mean | std | se | eps whole run (PLD, replace-one) |",
              "|---|" + "---|" * (len(keys) + 4)]
     for c in configs:
         lines.append(f"| {c['config']} | " + " | ".join(str(c["labels"].get(k, "")) for k in keys)
                      + f" | {_fmt(c['mise_mean'])} | {_fmt(c['mise_std'])} | {_fmt(c['mise_se'])} | "
-                     + f"{_fmt(c.get('eps_zcdp_whole_run'), 2)} |")
+                     + f"{_fmt(c.get('eps_pld_whole_run'), 2)} |")
     return "\n".join(lines)
 
 

@@ -83,16 +83,56 @@ def _clean(value):
     return value
 
 
-def privacy_report(ledger, delta: float) -> dict:
-    """Per-client and worst-case composed privacy of a ledger, at ``delta``."""
+#: Keys of the ``privacy`` section of every family's summary.json (:func:`privacy_section`).
+PRIVACY_KEYS = ("private", "accountant", "eps", "delta", "neighbouring", "worst_client", "releases", "eps_rdp",
+                "eps_zcdp", "zcdp_rho", "mode", "eps_budget", "mechanisms", "per_client")
+
+NEIGHBOURING_TEXT = {"replace_one": "replace-one", "add_remove": "add/remove"}
+
+
+def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget: float | None = None) -> dict:
+    """The ``privacy`` section of a summary, the same keys for every algorithm family (:data:`PRIVACY_KEYS`).
+
+    ``eps`` is the headline: the worst client's (node's) whole-run eps at ``delta`` by the PLD
+    accountant (:func:`fdp_flower.privacy.ledger.pld_epsilon`), under ``neighbouring``, the relation
+    of the recorded sensitivities (a ledger mixing relations is reported under replace-one).
+    ``per_client`` rows carry every client's figures (``eps_pld`` in closed form, equal to the PLD
+    accountant's to 1e-7).  ``mode`` / ``eps_budget``: what was asked for (total or per-round eps).
+    """
+    from fdp_flower.privacy.ledger import epsilon_of_rho, pld_epsilon
+
     if not ledger.releases:
-        return {"private": False}
-    per_client = [ledger.summary(c, delta) for c in ledger.clients]
-    worst = max(per_client, key=lambda s: s.eps_pld if s.eps_pld is not None else s.eps_rdp)
-    row = lambda s: {"client": s.client, "releases": s.releases, "zcdp_rho": s.zcdp_rho,  # noqa: E731
-                     "eps_zcdp": s.eps_zcdp, "eps_rdp": s.eps_rdp, "eps_pld": s.eps_pld}
-    return {"private": True, "delta": delta, "worst_client": row(worst), "eps": worst.eps,
-            "per_client": [row(s) for s in per_client]}
+        return {k: None for k in PRIVACY_KEYS} | {"private": False, "accountant": "pld", "delta": delta,
+                                                  "releases": 0, "mechanisms": [], "per_client": []}
+    relations = sorted({r.neighbouring for r in ledger.releases})
+    if len(relations) > 1:
+        ledger, relations = ledger.under_neighbouring("replace_one"), ["replace_one"]
+    per_client = ledger.summaries(delta, with_pld=False)
+    worst = max(per_client, key=lambda s: s.zcdp_rho)  # Gaussians: eps is increasing in the composed rho
+    rows = [{"client": s.client, "releases": s.releases, "zcdp_rho": s.zcdp_rho, "eps_zcdp": s.eps_zcdp,
+             "eps_rdp": s.eps_rdp, "eps_pld": epsilon_of_rho(s.zcdp_rho, delta)} for s in per_client]
+    return {"private": True, "accountant": "pld", "eps": pld_epsilon(ledger.of_client(worst.client), delta),
+            "delta": delta, "neighbouring": relations[0], "worst_client": worst.client, "releases": worst.releases,
+            "eps_rdp": worst.eps_rdp, "eps_zcdp": worst.eps_zcdp, "zcdp_rho": worst.zcdp_rho, "mode": mode,
+            "eps_budget": eps_budget, "mechanisms": sorted({r.mechanism for r in ledger.releases}),
+            "per_client": rows}
+
+
+def privacy_headline(section: dict, who: str = "client") -> str:
+    """The one line every command prints about privacy, from a :func:`privacy_section`."""
+    if not section.get("private"):
+        return "privacy: off (no noise was added: no differential-privacy guarantee)"
+    budget = {"total": f"; total budget eps = {section['eps_budget']:g}",
+              "per_round": f"; eps = {section['eps_budget']:g} per round"}.get(section.get("mode") or "", "")
+    relation = NEIGHBOURING_TEXT.get(section["neighbouring"], section["neighbouring"])
+    return (f"privacy spent per {who} (worst {who} {section['worst_client']}, {section['releases']} releases): "
+            f"eps = {section['eps']:.4f} at delta = {section['delta']:g} (PLD accountant, {relation} "
+            f"neighbours{budget})")
+
+
+def privacy_report(ledger, delta: float, *, mode: str | None = None, eps_budget: float | None = None) -> dict:
+    """FDP-ADMM's privacy section (:func:`privacy_section`)."""
+    return privacy_section(ledger, delta, mode=mode, eps_budget=eps_budget)
 
 
 def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:
@@ -130,7 +170,8 @@ def summarize(result) -> dict:
         "final_estimate_w": result.state.estimate(sc.algorithm.estimator.kind).tolist(),
         "sample_sizes": result.sample_sizes,
         "clipped_rows": result.clipped_rows,
-        "privacy": privacy_report(result.ledger, sc.privacy.delta),
+        "privacy": privacy_report(result.ledger, sc.privacy.delta, mode=sc.privacy.mode if sc.privacy.enabled
+                                  else None, eps_budget=sc.privacy.eps if sc.privacy.enabled else None),
     }
     sites = getattr(result, "site_reports", None) or {}
     if sites:

@@ -126,7 +126,8 @@ def schedule_multipliers(shape: str, rounds: int, *, ratio: float = 1.0, decay: 
 
 
 def calibrate_noise_multiplier(eps_total: float, delta_total: float,
-                               relative_multipliers: Sequence[float]) -> float:
+                               relative_multipliers: Sequence[float], *,
+                               fixed_multipliers: Sequence[float] = ()) -> float:
     """The smallest scale c such that Gaussians with multipliers c * r_t compose to (eps_total, delta_total).
 
     Gaussians compose exactly into one Gaussian with multiplier
@@ -139,6 +140,12 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
     The target is eps_total (1 - 1e-6) - 1e-7 T (at least eps_total (1 - 1e-3)), so that
     neither the ledger's recomputation sigma / Delta nor the guard's round-by-round
     composition crosses the budget by a rounding error.
+
+    ``fixed_multipliers``: releases of the same client whose noise is already set (e.g. the
+    federated FPCA summary, calibrated for its own basis.eps) and that count against the same
+    budget: the scale c is then found for the composition of those and the c r_t.  Analytically
+    z_total^-2 = sum_f z_f^-2 + c^-2 sum_t r_t^-2; a ``ValueError`` if the fixed releases alone
+    spend the budget.
     """
     if not (eps_total > 0 and math.isfinite(eps_total)):
         raise ValueError(f"eps_total must be finite and > 0, got {eps_total}")
@@ -147,12 +154,26 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
     rel = np.asarray([float(r) for r in relative_multipliers])
     if rel.size == 0 or rel.min() <= 0 or not np.all(np.isfinite(rel)):
         raise ValueError("relative_multipliers must be a non-empty sequence of positive finite numbers")
-    target = max(eps_total * (1.0 - CALIBRATION_MARGIN) - CALIBRATION_DRIFT * rel.size, eps_total * (1.0 - 1e-3))
-    analytic = dp_accounting.get_sigma_gaussian(target, delta_total) * float(np.sqrt(np.sum(rel**-2.0)))
+    fixed = np.asarray([float(z) for z in fixed_multipliers])
+    if fixed.size and (fixed.min() <= 0 or not np.all(np.isfinite(fixed))):
+        raise ValueError("fixed_multipliers must be positive and finite")
+    n_releases = rel.size + fixed.size
+    target = max(eps_total * (1.0 - CALIBRATION_MARGIN) - CALIBRATION_DRIFT * n_releases, eps_total * (1.0 - 1e-3))
+    z_total = dp_accounting.get_sigma_gaussian(target, delta_total)
+    room = z_total**-2.0 - float(np.sum(fixed**-2.0))
+    if fixed.size:
+        spent = pld_accountant()
+        spent.compose(composed_gaussian_event(fixed))
+        if room <= 0 or spent.get_epsilon(delta_total) >= target:
+            raise ValueError(f"the releases with fixed noise alone spend eps = {spent.get_epsilon(delta_total):.4g} "
+                             f"of the total {eps_total:g} at delta {delta_total:g}: nothing is left for the "
+                             "other releases")
+    analytic = float(np.sqrt(np.sum(rel**-2.0) / room))
 
     def calibrate(lo: float, hi: float) -> float:
         return float(dp_accounting.calibrate_dp_mechanism(
-            pld_accountant, lambda c: composed_gaussian_event(c * rel), target, delta_total,
+            pld_accountant, lambda c: composed_gaussian_event(np.concatenate([fixed, c * rel])), target,
+            delta_total,
             bracket_interval=dp_accounting.ExplicitBracketInterval(lo * analytic, hi * analytic),
             tol=1e-6 * analytic,
         ))
@@ -162,7 +183,7 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
     try:
         return calibrate(0.999, 1.02)
     except ValueError:
-        return calibrate(0.9, 2.0)
+        return calibrate(0.9, 4.0)
 
 
 def calibrate_schedule(eps_total: float, delta_total: float, shape: str, rounds: int,

@@ -172,10 +172,10 @@ def dp_admm_theorem1_epsilon(rho_total: float, delta: float, mu: float = 0.5) ->
 
 
 def dp_admm_theorem1_closed_form(mu: float = 0.5):
-    """Theorem 1 under the paper's add/remove relation (releases are re-expressed
-    with :meth:`GaussianRelease.under`)."""
+    """Theorem 1's own figure: the paper's Delta = c/n, half the valid 2c/m the releases record
+    (:func:`fdp_flower.algorithms.gradient_admm.update.gradient_sensitivity`), so a quarter of their zCDP."""
     def closed_form(releases: Sequence[GaussianRelease], delta: float) -> ClosedForm:
-        rho = float(sum(r.under("add_remove").zcdp_rho for r in releases))
+        rho = float(sum(0.25 * r.zcdp_rho for r in releases))
         return ClosedForm("paper003_thm1", dp_admm_theorem1_epsilon(rho, delta, mu), delta, rho,
-                          f"add/remove, fixed RDP order (mu={mu})")
+                          f"paper's c/n (not valid for a mean), fixed RDP order (mu={mu})")
     return closed_form

@@ -14,10 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
-from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, _group_multipliers
-from fdp_flower.privacy.ledger import GaussianRelease, PrivacyLedger, pld_epsilon, rdp_epsilon, zcdp_epsilon
+from fdp_flower.privacy.calibration import _group_multipliers
+from fdp_flower.privacy.ledger import (
+    GaussianRelease,
+    PrivacyLedger,
+    gaussian_epsilon,
+    pld_epsilon,
+    rdp_epsilon,
+    zcdp_epsilon,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +99,6 @@ class BudgetGuard:
     accountant: Accountant = "pld"
     refused: BudgetExhausted | None = field(default=None, init=False)
     _cache: dict = field(default_factory=dict, init=False, repr=False)
-    _plds: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         if not (self.eps_total > 0 and math.isfinite(self.eps_total)):
@@ -115,44 +119,15 @@ class BudgetGuard:
             self._cache[key] = _EPSILON_OF[self.accountant](releases, self.delta_total)
         return self._cache[key]
 
-    def _pld_epsilon_after(self, recorded: Sequence[GaussianRelease], planned: Sequence[GaussianRelease],
-                           fresh: dict) -> float:
-        """PLD eps of recorded + planned, composing only the planned releases onto the
-        recorded ones' PLD kept from the previous check (a run checks L times, so
-        recomposing everything each round would cost O(L^2) convolutions)."""
-        def multipliers(releases):
-            return [r.noise_multiplier for r in sorted(releases, key=lambda r: r.round) if r.sensitivity > 0]
-
-        def key(releases):  # 12 digits: clients whose z differ in the last bits share one PLD
-            return tuple(float(f"{z:.12g}") for z in multipliers(releases))
-
-        def compose(base, releases):
-            for z, n in _group_multipliers(multipliers(releases)):
-                base = base.compose(pld_lib.from_gaussian_mechanism(
-                    standard_deviation=z / math.sqrt(n), value_discretization_interval=PLD_DISCRETIZATION))
-            return base
-
-        before, after = key(recorded), key(list(recorded) + list(planned))
-        if after not in fresh:
-            found = self._plds.get(after)
-            if found is None:
-                base = self._plds.get(before)
-                if base is None:
-                    base = compose(pld_lib.identity(value_discretization_interval=PLD_DISCRETIZATION), recorded)
-                found = compose(base, planned)
-            fresh[after] = found
-        return 0.0 if not after else float(fresh[after].get_epsilon_for_delta(self.delta_total))
-
     def refusal(self, planned: Sequence[GaussianRelease]) -> BudgetExhausted | None:
         """The reason ``planned`` may not be released, or None if it may."""
         by_client: dict[int, list[GaussianRelease]] = {}
         for r in planned:
             by_client.setdefault(r.client, []).append(r)
-        fresh: dict = {}  # only this check's PLDs are kept: the next check starts from them
         for client in sorted(by_client):
             recorded = self.ledger.of_client(client)
-            if self.accountant == "pld":
-                eps_after = self._pld_epsilon_after(recorded, by_client[client], fresh)
+            if self.accountant == "pld":  # the ledger's PLD figure in closed form (one call per client)
+                eps_after = gaussian_epsilon(recorded + by_client[client], self.delta_total)
             else:
                 eps_after = self.epsilon(recorded + by_client[client])
             if eps_after > self.eps_total:
@@ -160,8 +135,6 @@ class BudgetGuard:
                     client=client, round=min(r.round for r in by_client[client]), eps_after=eps_after,
                     eps_total=self.eps_total, delta_total=self.delta_total, accountant=self.accountant,
                     last_round=max(self.ledger.rounds, default=0))
-        if self.accountant == "pld":
-            self._plds = fresh
         return None
 
     def check(self, planned: Sequence[GaussianRelease]) -> None:

@@ -44,7 +44,8 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
-from fdp_flower.outputs.results import RunResult, summarize, write_results
+from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, releases_after
+from fdp_flower.outputs.results import RunResult, privacy_headline, summarize, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.strategies.common import (
     FederationError,
@@ -114,6 +115,9 @@ class FDPADMMStrategy(Strategy):
         self.clipped_rows: dict[int, int] = {}
         self.site_reports: dict[int, dict] = {}  # client -> its latest report of its own totals
         self.round_offset = 0
+        #: journal of requested releases (:mod:`fdp_flower.outputs.release_journal`), when a re-release
+        #: would draw new noise (node-local data, or a non-seeded noise source); set by the runner
+        self.journal: Path | None = None
 
     def resume_from(self, checkpoint) -> int:
         """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,
@@ -184,6 +188,11 @@ class FDPADMMStrategy(Strategy):
         self._outbox = []
         assignment = self._assign(node_ids)
         self._check_budget(server_round, [client for _, client in assignment])
+        if self.journal is not None:  # fsynced before any message leaves
+            clients = [c for _, c in assignment]
+            targets = range(self.num_clients) if any(c is None for c in clients) else clients
+            append_requests(self.journal, [r for r in (self._planned_release(server_round, c) for c in targets)
+                                           if r is not None])
         for node, client in assignment:
             cfg = {"round": server_round}
             if client is not None and self._named:
@@ -402,7 +411,12 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     """
     resume = None
     if str(context.run_config.get("resume", "") or ""):
-        from fdp_flower.outputs.checkpoint import CheckpointError, check_resumable, read_checkpoint
+        from fdp_flower.outputs.checkpoint import (
+            CheckpointError,
+            check_resumable,
+            read_checkpoint,
+            resolve_checkpoint_path,
+        )
 
         path = Path(str(context.run_config["resume"]))
         if not path.is_absolute() and not path.exists():
@@ -435,9 +449,16 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         strategy.ledger.record_many(setup.releases)
         strategy.node_of_client.update(setup.node_of_client)
         strategy.site_reports.update(setup.site_reports)
+    if scenario.privacy.enabled and (setup is not None or scenario.privacy.noise_source != "seeded"):
+        strategy.journal = out_dir / JOURNAL_NAME
     rounds_left = scenario.algorithm.rounds
     if resume is not None:
         rounds_left = strategy.resume_from(resume)
+        if strategy.journal is not None:  # made after the checkpoint by the interrupted run: charged too
+            lost = releases_after(resolve_checkpoint_path(path).with_name(JOURNAL_NAME), resume.round)
+            strategy.ledger.record_many(lost)
+            log(INFO, "fdp-flower: charging %d releases the interrupted run requested after round %d",
+                len(lost), resume.round)
         log(INFO, "fdp-flower: resuming after round %d of %d (%d releases already in the ledger)",
             resume.round, scenario.algorithm.rounds, len(resume.ledger.releases))
     stop_reason = "completed"
@@ -467,10 +488,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         f"{final.get('mise_estimate', final.get('mise', float('nan'))):.5f}" if final else "n/a")
     privacy = summary["privacy"]
     if scenario.privacy.enabled and privacy.get("private"):
-        w = privacy["worst_client"]
-        log(INFO, "fdp-flower: total privacy spent per client (worst client %d, %d releases): eps = %.4f "
-            "at delta = %g (PLD %.4f, RDP %.4f, zCDP %.4f; rho = %.5f)", w["client"], w["releases"],
-            privacy["eps"], privacy["delta"], w["eps_pld"], w["eps_rdp"], w["eps_zcdp"], w["zcdp_rho"])
+        log(INFO, "fdp-flower: %s (RDP %.4f, zCDP %.4f; rho = %.5f)", privacy_headline(privacy),
+            privacy["eps_rdp"], privacy["eps_zcdp"], privacy["zcdp_rho"])
     elif not scenario.privacy.enabled:
         log(INFO, "fdp-flower: privacy off (F-ADMM): no DP guarantee")
     for site in privacy.get("sites", []):

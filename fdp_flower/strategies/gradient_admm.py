@@ -233,12 +233,11 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
     strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
                    num_rounds=scenario.algorithm.rounds, evaluate_fn=strategy.evaluate_fn)
     if strategy.privacy is not None:
-        from fdp_flower.algorithms.gradient_admm.update import privacy_report
+        from fdp_flower.outputs.results import privacy_headline, privacy_section
 
-        for r in privacy_report(strategy.ledger, delta=strategy.privacy.delta, alpha=strategy.privacy.alpha):
-            log(INFO, "privacy (%s, worst client %d, %d releases): eps = %.4g by Theorem 1's route, "
-                "%.4g by RDP, %.4g by zCDP at delta = %g", r.neighbouring, r.client, r.releases,
-                r.eps_theorem1, r.eps_rdp, r.eps_zcdp, r.delta)
+        p = strategy.privacy
+        log(INFO, "fdp-flower: %s", privacy_headline(privacy_section(strategy.ledger, p.delta, mode="total",
+                                                                      eps_budget=p.eps)))
     return strategy
 
 
@@ -247,7 +246,7 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     import json
 
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import write_csv
+    from fdp_flower.outputs.results import privacy_section, write_csv
 
     strategy = run_gradient_admm_federation(grid, scenario)
     out = run_results_dir(context.run_config, context.run_id, scenario.name)
@@ -256,12 +255,11 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     write_csv(out / "history.csv", strategy.history)
     write_csv(out / "ledger.csv", strategy.ledger.to_rows())
     np.savez(out / "final.npz", x=strategy.state.x)
+    p = strategy.privacy
     summary = {"name": scenario.name, "engine": "flower", "rounds_completed": len(strategy.history),
-               "final": strategy.history[-1] if strategy.history else {}}
-    if strategy.privacy is not None:
-        from fdp_flower.algorithms.gradient_admm.update import privacy_report
-
-        summary["privacy"] = [r.__dict__ for r in privacy_report(strategy.ledger, delta=strategy.privacy.delta,
-                                                                 alpha=strategy.privacy.alpha)]
+               "final": strategy.history[-1] if strategy.history else {},
+               "privacy": privacy_section(strategy.ledger, scenario.privacy.delta,
+                                          mode="total" if p is not None else None,
+                                          eps_budget=None if p is None else p.eps)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     log(INFO, "fdp-flower: results in %s", out.resolve())

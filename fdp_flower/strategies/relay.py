@@ -193,8 +193,15 @@ def run_p2p_federation(grid: Grid, context: Context, scenario) -> None:
     (out / "history.json").write_text(json.dumps(strategy.history, indent=1))
     (out / "ledger.json").write_text(json.dumps(strategy.ledger.to_rows()))
     (out / "graph.json").write_text(json.dumps(strategy.graph.to_dict()))
-    worst = strategy.ledger.worst_case(scenario.privacy.delta, with_pld=False)
-    if worst is not None:
-        log(INFO, "p2p relay: worst node %d spent rho = %.5g, eps = %.4g (zCDP) / %.4g (RDP) at delta = %g",
-            worst.client, worst.zcdp_rho, worst.eps_zcdp, worst.eps_rdp, scenario.privacy.delta)
+    from fdp_flower.outputs.results import privacy_headline, privacy_section
+
+    p = scenario.privacy
+    enabled = bool(p.enabled and strategy.ledger.releases)
+    privacy = privacy_section(strategy.ledger, p.delta, mode=getattr(p, "mode", None) if enabled else None,
+                              eps_budget=p.eps if enabled else None)
+    (out / "summary.json").write_text(json.dumps({"name": scenario.name, "engine": "flower",
+                                                  "algorithm": scenario.algorithm.kind,
+                                                  "final": strategy.history[-1] if strategy.history else {},
+                                                  "privacy": privacy}, indent=2, default=float))
+    log(INFO, "p2p relay: %s", privacy_headline(privacy, "node"))
     log(INFO, "p2p relay: results in %s", out.resolve())

@@ -125,7 +125,9 @@ class NoisePlan:
     noise multiplier z = sigma / Delta: per_round mode, the classic rule
     sqrt(2 ln(1.25/delta)) / eps (Zhou & Xiang 2022, Theorem 1); total mode, the shape of
     ``privacy.schedule`` scaled so that the L releases of each client compose to
-    (eps, delta) (:func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`).
+    (eps, delta) (:func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`) -- together
+    with the client's federated DP-FPCA summary when the basis is ``federated_dp`` and private
+    (its noise is set by ``basis.eps``; ``privacy.eps`` is the whole run's budget).
     """
 
     scenario: Scenario
@@ -145,7 +147,26 @@ class NoisePlan:
         if p.mode == "per_round":
             return np.full(rounds, float(classic_gaussian_sigma(1.0, p.eps, p.delta)))
         rel = schedule_multipliers(p.schedule.kind, rounds, **p.schedule.model_dump(exclude={"kind"}))
-        return calibrate_noise_multiplier(p.eps, p.delta, rel) * rel
+        fixed = [] if self.basis_multiplier is None else [self.basis_multiplier]
+        try:
+            return calibrate_noise_multiplier(p.eps, p.delta, rel, fixed_multipliers=fixed) * rel
+        except ValueError as exc:
+            if not fixed:
+                raise
+            raise ValueError(f"privacy.eps = {p.eps:g} is the whole run's budget and the federated DP-FPCA "
+                             f"summary (basis.eps = {self.scenario.basis.eps:g}) leaves none of it: {exc}; "
+                             "raise privacy.eps or lower basis.eps") from None
+
+    @cached_property
+    def basis_multiplier(self) -> float | None:
+        """z of each client's federated DP-FPCA summary (one release before round 1), or None
+        without a private ``federated_dp`` basis."""
+        b = self.scenario.basis
+        if getattr(b, "kind", None) != "federated_dp" or not b.private:
+            return None
+        from fdp_flower.functional.federated_fpca import noise_multiplier
+
+        return noise_multiplier(b.eps, b.delta)
 
     @cached_property
     def noise_multiplier(self) -> float | None:
@@ -209,8 +230,13 @@ def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
 
 
 def privacy_columns(ledger, delta: float) -> dict[str, float]:
-    """Cheap per-round privacy figures of the worst-off client (zCDP and RDP; PLD at the end)."""
+    """Per-round privacy figures of the worst-off client: ``eps_pld`` (the headline accountant's eps, in
+    closed form from the composed rho: :func:`fdp_flower.privacy.ledger.epsilon_of_rho`), then the
+    looser ``eps_rdp`` and ``eps_zcdp`` and rho."""
+    from fdp_flower.privacy.ledger import epsilon_of_rho
+
     summary = ledger.worst_case(delta, with_pld=False)
     if summary is None:
-        return {"zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
-    return {"zcdp_rho": summary.zcdp_rho, "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}
+        return {"eps_pld": 0.0, "zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
+    return {"eps_pld": epsilon_of_rho(summary.zcdp_rho, delta), "zcdp_rho": summary.zcdp_rho,
+            "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}

@@ -113,7 +113,8 @@ class _GradientADMMBase(_Frozen):
                                 "admissible eta rho ||A^T A|| + 1 (smaller values are refused at run time)")
     mu: float = Field(0.5, gt=0, lt=1, description="Theorem 1's split mu of eps between RDP and the conversion")
     neighbouring: Literal["add_remove", "replace_one"] = Field(
-        "add_remove", description="relation the noise is calibrated for (the paper's sigma: add_remove)")
+        "add_remove", description="relation the guarantee is stated for; the mean gradient's sensitivity is 2c/m "
+        "under both, so sigma is the same (twice the paper's, whose c/n is not valid for a mean)")
     init_dual: Literal["zero", "paper"] = Field(
         "zero", description="u_0 = 0, or the paper's -(A^T)^+ grad f(x_0) / rho (non-private runs only)")
 

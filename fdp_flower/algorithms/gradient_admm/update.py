@@ -21,10 +21,11 @@ Iteration t (Xu et al. 2020, Algorithm 2 and 3; docs/algorithms.md, section 5):
   theta_{t+1} = (1 + sqrt(1 + 4 theta_t^2)) / 2, xh_t = x_t + ((theta_t - 1)/theta_{t+1}) (x_t - x_{t-1}),
   uh_t likewise.
 
-Noise (Theorem 1, eq. (8)): sigma^2 = Delta^2 alpha T / (2 eps mu) with alpha = ln(1/delta)/((1 - mu) eps) + 1;
-the paper's Delta = c/n is the add/remove-one sensitivity of a mean of n gradients bounded by c.
-Under replace-one the sensitivity is 2c/n; :func:`gradient_sensitivity` gives both.  In the federated
-(local-DP) form every client calibrates with its own m_i.
+Noise (Theorem 1, eq. (8)): sigma^2 = Delta^2 alpha T / (2 eps mu) with alpha = ln(1/delta)/((1 - mu) eps) + 1.
+The paper's Delta = c/n would be the add/remove sensitivity of a *sum* divided by a fixed n; the
+released mean divides by the record count, so adding or removing a record also changes the
+denominator and the sensitivity is 2c/m under both relations (:func:`gradient_sensitivity`).  In the
+federated (local-DP) form every client calibrates with its own m_i.
 
 All functions are pure numpy; randomness comes from an explicit ``np.random.Generator``
 (per release: :func:`fdp_flower.privacy.mechanisms.release_rng`).
@@ -123,20 +124,30 @@ def aggregate_gradients(gradients: np.ndarray, counts) -> np.ndarray:
 
 # ---------------------------------------------------------------- privacy (Theorem 1)
 def gradient_sensitivity(gradient_bound: float, m, neighbouring: Neighbouring = "add_remove"):
-    """l2-sensitivity of the mean gradient (1/m) sum_j grad l(x; d_j) with ||grad l|| <= c.
+    """l2-sensitivity of the mean gradient q(D) = (1/|D|) sum_{d in D} grad l(x; d), ||grad l|| <= c,
+    at the site's m = |D|.  It is 2c/m under both relations (derivation below, one equation each).
 
-    add/remove-one: c/m (the paper's Delta(q) = c/n, proof of Theorem 1);
-    replace-one: 2c/m.  ``m`` may be an array (one per client).
+    replace-one (|D'| = m):  q(D') - q(D) = (g' - g) / m, so ||.|| <= 2c/m.
+    add/remove, D = D' + {d} (|D'| = m - 1):  q(D) - q(D') = (g_d - q(D')) / m, so ||.|| <= 2c/m;
+    D' = D + {d} (|D'| = m + 1):  q(D') - q(D) = (g_d - q(D)) / (m + 1), so ||.|| <= 2c/(m + 1).
+    The worst neighbour is the removal: 2c/m, attained by g_d = c e and every other g = -c e.
+    The paper's Delta(q) = c/n (proof of Theorem 1) holds only for a sum over a fixed public n and
+    is not used.  ``m`` may be an array (one per client); sigma is a function of the public m_i.
     """
     if not gradient_bound > 0:
         raise ValueError(f"gradient bound c must be > 0, got {gradient_bound}")
-    factor = {"add_remove": 1.0, "replace_one": 2.0}.get(neighbouring)
-    if factor is None:
+    if neighbouring not in ("add_remove", "replace_one"):
         raise ValueError(f"neighbouring must be 'add_remove' or 'replace_one', got {neighbouring!r}")
     m = np.asarray(m, dtype=float)
     if np.any(m < 1):
         raise ValueError("sample counts must be >= 1")
-    return factor * gradient_bound / m
+    return 2.0 * gradient_bound / m
+
+
+def paper_sensitivity(gradient_bound: float, m):
+    """The paper's Delta(q) = c/n (Xu et al. 2020, proof of Theorem 1): half of :func:`gradient_sensitivity`,
+    not a valid bound for the released mean; used only to print the paper's own figure."""
+    return 0.5 * gradient_sensitivity(gradient_bound, m)
 
 
 def theorem1_alpha(eps: float, delta: float, mu: float) -> float:
@@ -149,7 +160,8 @@ def theorem1_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: fl
     """sigma with sigma^2 = Delta^2 alpha T / (2 eps mu) (docs/algorithms.md, eq. (5.7);
     Xu et al. 2020, Theorem 1, eq. (8)).
 
-    With Delta = c/n (add/remove) this is the printed c^2 alpha T / (2 n^2 eps mu).
+    With the paper's Delta = c/n this is the printed c^2 alpha T / (2 n^2 eps mu); the project
+    passes the valid 2c/m (:func:`gradient_sensitivity`), i.e. twice the printed sigma.
     The T releases then compose to (alpha, mu eps)-RDP, i.e. (eps, delta)-DP by
     Lemma 1, under the neighbouring relation that ``sensitivity`` was computed for.
     """
@@ -172,8 +184,8 @@ def theorem1_epsilon(releases, *, delta: float, alpha: float) -> float:
     """eps of the composed releases by RDP at one fixed order alpha and Lemma 1:
     sum_t alpha Delta_t^2 / (2 sigma_t^2) + ln(1/delta)/(alpha - 1) (the paper's closed-form route).
 
-    With Theorem 1's sigma, add/remove sensitivities and the paper's alpha this
-    returns exactly the target eps.
+    With Theorem 1's sigma, the same sensitivities and the paper's alpha this returns exactly
+    the target eps.
     """
     if not alpha > 1:
         raise ValueError(f"alpha must be > 1, got {alpha}")
@@ -182,21 +194,12 @@ def theorem1_epsilon(releases, *, delta: float, alpha: float) -> float:
 
 
 def under_neighbouring(ledger: PrivacyLedger, neighbouring: Neighbouring) -> PrivacyLedger:
-    """The same releases re-expressed under another neighbouring relation.
+    """The same releases re-expressed under another neighbouring relation (a new ledger).
 
-    Only ``gaussian_gradient`` releases (a mean of m bounded gradients) are
-    converted: add/remove sensitivity c/m <-> replace-one 2c/m; sigma is kept.
-    Other releases are copied unchanged.  Returns a new ledger.
+    ``gaussian_gradient`` releases keep their sensitivity (2c/m under both relations,
+    :func:`gradient_sensitivity`) and sigma and are relabelled; other releases are copied unchanged.
     """
-    factor = {("add_remove", "replace_one"): 2.0, ("replace_one", "add_remove"): 0.5}
-    out = []
-    for r in ledger.releases:
-        if r.mechanism == MECHANISM and r.neighbouring != neighbouring:
-            out.append(replace(r, sensitivity=r.sensitivity * factor[(r.neighbouring, neighbouring)],
-                               neighbouring=neighbouring))
-        else:
-            out.append(r)
-    return PrivacyLedger(out)
+    return PrivacyLedger([r.under(neighbouring) if r.mechanism == MECHANISM else r for r in ledger.releases])
 
 
 @dataclass(frozen=True)
@@ -215,11 +218,8 @@ class NeighbouringReport:
 
 def privacy_report(ledger: PrivacyLedger, *, delta: float, alpha: float | None = None,
                    with_pld: bool = False) -> list[NeighbouringReport]:
-    """The worst client's spend under add/remove AND replace-one neighbours.
-
-    Theorem 1's sigma is calibrated for add/remove; the replace-one rows show the
-    larger eps the same noise gives when one record is swapped.
-    """
+    """The worst client's spend under add/remove AND replace-one neighbours (equal for
+    ``gaussian_gradient`` releases, whose sensitivity is 2c/m under both)."""
     reports = []
     if not ledger.releases:
         return reports
@@ -248,8 +248,12 @@ def client_release(*, loss, x_hat: np.ndarray, features: np.ndarray, response: n
     comes from ``release_rng(seed, client, round_)`` so every engine draws the
     same values, or from ``rng()`` if given (called once the noise-free gradient is
     computed: the site's policy and ledger, :mod:`fdp_flower.clients.site`).  Rows of
-    ``features`` must already be clipped to ||a|| <= c1.
+    ``features`` must already be clipped to ||a|| <= c1; ``response`` is checked against the loss
+    (``loss.check_response``: labels in {-1, +1} for the logistic loss) before anything is computed.
     """
+    check = getattr(loss, "check_response", None)
+    if check is not None:
+        check(response)
     grad = local_gradient(loss, x_hat, features, response)
     if sigma is None:
         return grad
