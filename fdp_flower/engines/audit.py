@@ -44,8 +44,9 @@ from fdp_flower.privacy.mechanisms import add_gaussian_noise
 #: |a.x| at the adversarial public states (the logistic derivative is then within 1e-13 of 1).
 PROBE_MARGIN = 30.0
 
-#: Angle between the bent canary rows and the probe direction (radians, 80 degrees).
-BEND_ANGLE = np.deg2rad(80.0)
+#: Angle between the bent canary rows and the probe direction (89 degrees): their difference is
+#: 2 sin(89 deg) = 0.99985 x the largest possible, and both have a.w = -PROBE_MARGIN at the probe.
+BEND_ANGLE = np.deg2rad(89.0)
 
 #: Variants the audit can select that the library does not run (documented as NOT DP).
 VARIANTS = ("private_anchor",)

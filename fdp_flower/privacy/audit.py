@@ -76,15 +76,27 @@ class LikelihoodRatioTest:
     direction: str  # "D vs D'" or "D' vs D"
 
 
-def _rates(stat_pos: np.ndarray, stat_neg: np.ndarray, threshold: float) -> tuple[int, int]:
-    """(false negatives, false positives) of 'say positive when stat > threshold'."""
-    return int(np.count_nonzero(stat_pos <= threshold)), int(np.count_nonzero(stat_neg > threshold))
+def _upper(counts: np.ndarray, trials: int, alpha: float) -> np.ndarray:
+    """Vectorized :func:`clopper_pearson_upper`."""
+    counts = np.asarray(counts)
+    full = counts >= trials
+    safe = np.where(full, trials - 1, counts)
+    return np.where(full, 1.0, stats.beta.ppf(1.0 - alpha, safe + 1, trials - safe))
 
 
-def _bound(fn: int, fp: int, n_pos: int, n_neg: int, delta: float, alpha: float) -> tuple[float, float, float]:
-    fnr_hi = clopper_pearson_upper(fn, n_pos, alpha / 2)
-    fpr_hi = clopper_pearson_upper(fp, n_neg, alpha / 2)
-    return epsilon_from_rates(fpr_hi, fnr_hi, delta), fpr_hi, fnr_hi
+def _threshold_bounds(pos: np.ndarray, neg: np.ndarray, thresholds: np.ndarray, delta: float, alpha: float):
+    """(eps bound, plug-in eps, FN counts, FP counts) of 'say positive when stat > t' for every t."""
+    fn = np.searchsorted(np.sort(pos), thresholds, side="right")
+    fp = len(neg) - np.searchsorted(np.sort(neg), thresholds, side="right")
+    fnr_hi, fpr_hi = _upper(fn, len(pos), alpha / 2), _upper(fp, len(neg), alpha / 2)
+    with np.errstate(divide="ignore"):
+        bound = np.maximum(0.0, np.log(np.maximum(1.0 - delta - fnr_hi, 0.0) / fpr_hi))
+        plug_in = np.log(np.maximum(1.0 - fn / len(pos), 1e-300) / ((fp + 0.5) / len(neg)))
+    return bound, plug_in, fn, fp
+
+
+#: At most this many candidate thresholds (quantiles of the calibration statistics) are tried.
+MAX_THRESHOLDS = 512
 
 
 def epsilon_lower_bound(llr_under_d: np.ndarray, llr_under_d_prime: np.ndarray, *, delta: float,
@@ -93,9 +105,10 @@ def epsilon_lower_bound(llr_under_d: np.ndarray, llr_under_d_prime: np.ndarray, 
     drawn under D (``llr_under_d``) and under D' (``llr_under_d_prime``).
 
     Each sample is split in halves: the first half picks the threshold (and the direction of the
-    test: 'D' when L is large, or 'D'' when L is small) that maximizes the bound there; the second
-    half gives the rates and their Clopper-Pearson bounds (alpha / 2 each), so that with
-    probability >= 1 - alpha the returned ``eps_lower`` is below the mechanism's true eps.
+    test: 'D' when L is large, or 'D'' when L is small) that maximizes the bound there (ties broken
+    by the plug-in estimate); the second half gives the rates and their Clopper-Pearson bounds
+    (alpha / 2 each), so that with probability >= 1 - alpha the returned ``eps_lower`` is below the
+    mechanism's true eps.
     """
     a = np.asarray(llr_under_d, dtype=float)
     b = np.asarray(llr_under_d_prime, dtype=float)
@@ -105,23 +118,24 @@ def epsilon_lower_bound(llr_under_d: np.ndarray, llr_under_d_prime: np.ndarray, 
         raise ValueError("log-likelihood ratios must be finite")
     best = None
     for direction, pos, neg in (("D vs D'", a, b), ("D' vs D", -b, -a)):
-        cal_pos = pos[: len(pos) // 2]  # calibration halves: the first half of each sample
-        cal_neg = neg[: len(neg) // 2]
+        cal_pos, cal_neg = pos[: len(pos) // 2], neg[: len(neg) // 2]  # calibration halves
         candidates = np.unique(np.r_[cal_pos, cal_neg])
-        for thr in candidates:
-            fn, fp = _rates(cal_pos, cal_neg, thr)
-            # the bound, ties broken by the plug-in estimate (many thresholds certify nothing)
-            score = (_bound(fn, fp, len(cal_pos), len(cal_neg), delta, alpha)[0],
-                     epsilon_from_rates((fp + 0.5) / len(cal_neg), fn / len(cal_pos), 0.0))
-            if best is None or score > best[0]:
-                best = (score, direction, float(thr))
+        if len(candidates) > MAX_THRESHOLDS:
+            candidates = np.unique(np.quantile(candidates, np.linspace(0.0, 1.0, MAX_THRESHOLDS)))
+        bound, plug_in, _fn, _fp = _threshold_bounds(cal_pos, cal_neg, candidates, delta, alpha)
+        k = int(np.lexsort((plug_in, bound))[-1])
+        score = (float(bound[k]), float(plug_in[k]))
+        if best is None or score > best[0]:
+            best = (score, direction, float(candidates[k]))
     _, direction, thr = best
     pos, neg = (a, b) if direction == "D vs D'" else (-b, -a)
     test_pos, test_neg = pos[len(pos) // 2:], neg[len(neg) // 2:]
-    fn, fp = _rates(test_pos, test_neg, thr)
-    eps, fpr_hi, fnr_hi = _bound(fn, fp, len(test_pos), len(test_neg), delta, alpha)
-    return LikelihoodRatioTest(eps, thr if direction == "D vs D'" else -thr, fp / len(test_neg), fn / len(test_pos),
-                               fpr_hi, fnr_hi, min(len(test_pos), len(test_neg)), alpha, direction)
+    bound, _plug, fn, fp = _threshold_bounds(test_pos, test_neg, np.array([thr]), delta, alpha)
+    fnr_hi = float(_upper(fn, len(test_pos), alpha / 2)[0])
+    fpr_hi = float(_upper(fp, len(test_neg), alpha / 2)[0])
+    return LikelihoodRatioTest(float(bound[0]), thr if direction == "D vs D'" else -thr, int(fp[0]) / len(test_neg),
+                               int(fn[0]) / len(test_pos), fpr_hi, fnr_hi, min(len(test_pos), len(test_neg)), alpha,
+                               direction)
 
 
 def gaussian_llr(y: np.ndarray, q: np.ndarray, q_prime: np.ndarray, sigma: float,
