@@ -223,6 +223,19 @@ def test_cli_exit_status_and_message(tmp_path, capsys):
     assert "audit passed: zCDP-grad-NFL" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--set", "privacy.enabled=false"], "needs privacy.enabled: true"),
+    (["--party", "99"], "party must be a client / node index in 0..4"),
+    (["--steps", "0"], "steps must be >= 1"),
+])
+def test_cli_bad_input_is_one_line(args, message, capsys):
+    from fdp_flower.cli import main
+
+    code = main(["audit", str(DP_ADMM), "--trials", "8", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error:") and message in err and "\n" not in err
+
+
 # ------------------------------------------------------------------ acceptance: DP-ADMM figures
 def _independent_pld_eps(noise_multiplier: float, releases: int, delta: float) -> float:
     """eps of ``releases`` Gaussian releases with this noise multiplier, by dp_accounting's PLD

@@ -517,6 +517,9 @@ def protocol_for(scenario, *, party: int = 0, variant: str | None = None, fpca: 
     from fdp_flower.algorithms.registry import family_of
 
     family = family_of(scenario.algorithm.kind)
+    parties = scenario.topology.num_nodes if family == "p2p" else scenario.federation.num_clients
+    if not 0 <= party < parties:
+        raise ValueError(f"party must be a client / node index in 0..{parties - 1}, got {party}")
     if variant is not None and family != "p2p":
         raise ValueError(f"variant {variant!r} applies to zcdp_nfl scenarios only")
     if fpca:
