@@ -92,24 +92,34 @@ class _Protocol:
     scales: np.ndarray | None = None
     logistic: bool = False
 
-    def party(self) -> PartyData: ...
+    def party(self) -> PartyData:
+        """The audited party's real rows."""
+        raise NotImplementedError
 
     def donors(self) -> PartyData:
         """Rows of the other parties (random neighbours draw replacements from them)."""
+        raise NotImplementedError
 
-    def start(self) -> Any: ...
+    def start(self) -> Any:
+        """The public state before step 1."""
+        raise NotImplementedError
 
     def release(self, public, hidden, data: PartyData, step: int) -> tuple[np.ndarray, Any]:
-        """The audited party's noise-free release at ``step`` given the public state."""
+        """The audited party's noise-free release at ``step`` given the public state, and its
+        carried state (``hidden``: what the party keeps between steps under this dataset)."""
+        raise NotImplementedError
 
     def calibration(self, step: int) -> tuple[float, float]:
         """(sensitivity under ``relation``, sigma) of the audited party's release at ``step``."""
+        raise NotImplementedError
 
     def add_noise(self, value: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
         return add_gaussian_noise(value, sigma, rng, self.scales)
 
     def advance(self, public, released: np.ndarray, hidden, step: int, rng: np.random.Generator):
-        """The other parties' releases (their data, noise from ``rng``) and the public update."""
+        """The other parties' releases (their data, noise from ``rng``) and the public update,
+        given the audited party's noisy ``released`` value and its carried state."""
+        raise NotImplementedError
 
     #: False when rows carry a public constant column (an intercept): only the reflection is tried
     free_rows: bool = True
