@@ -106,7 +106,7 @@ def epsilon_lower_bound(llr_under_d: np.ndarray, llr_under_d_prime: np.ndarray, 
 
     Each sample is split in halves: the first half picks the threshold (and the direction of the
     test: 'D' when L is large, or 'D'' when L is small) that maximizes the bound there (ties broken
-    by the plug-in estimate); the second half gives the rates and their Clopper-Pearson bounds
+    by the plug-in estimate, then the middle of the tied thresholds); the second half gives the rates and their Clopper-Pearson bounds
     (alpha / 2 each), so that with probability >= 1 - alpha the returned ``eps_lower`` is below the
     mechanism's true eps.
     """
@@ -123,7 +123,10 @@ def epsilon_lower_bound(llr_under_d: np.ndarray, llr_under_d_prime: np.ndarray, 
         if len(candidates) > MAX_THRESHOLDS:
             candidates = np.unique(np.quantile(candidates, np.linspace(0.0, 1.0, MAX_THRESHOLDS)))
         bound, plug_in, _fn, _fp = _threshold_bounds(cal_pos, cal_neg, candidates, delta, alpha)
-        k = int(np.lexsort((plug_in, bound))[-1])
+        order = np.lexsort((plug_in, bound))
+        best_k = order[-1]
+        tied = np.flatnonzero((bound == bound[best_k]) & (plug_in == plug_in[best_k]))
+        k = int(tied[len(tied) // 2])  # the middle of the best (separating) range of thresholds
         score = (float(bound[k]), float(plug_in[k]))
         if best is None or score > best[0]:
             best = (score, direction, float(candidates[k]))
