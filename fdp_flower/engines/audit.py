@@ -408,8 +408,8 @@ class P2PProtocol(_Protocol):
     """A peer-to-peer node (zCDP-NFL, DP-NFL, grad-NFL, PR-ADMM): its release xt_i^r.
 
     ``variant="private_anchor"`` (zCDP-NFL only) anchors every node's linearized step at its own
-    noise-free iterate x_i^k instead of its release: NOT differentially private at Lemma I's noise
-    (the audit exists to show it fails).
+    noise-free iterate x_i^k instead of its release: NOT differentially private at the noise of
+    Lemma I (Gauthier et al. 2023); the audit exists to show it fails.
     """
 
     def __init__(self, scenario, party: int = 0, variant: str | None = None):
