@@ -106,9 +106,9 @@ def epsilon_lower_bound(llr_under_d: np.ndarray, llr_under_d_prime: np.ndarray, 
 
     Each sample is split in halves: the first half picks the threshold (and the direction of the
     test: 'D' when L is large, or 'D'' when L is small) that maximizes the bound there (ties broken
-    by the plug-in estimate, then the middle of the tied thresholds); the second half gives the rates and their Clopper-Pearson bounds
-    (alpha / 2 each), so that with probability >= 1 - alpha the returned ``eps_lower`` is below the
-    mechanism's true eps.
+    by the plug-in estimate, then the middle of the tied thresholds); the second half gives the
+    rates and their Clopper-Pearson bounds (alpha / 2 each), so that with probability >= 1 - alpha
+    the returned ``eps_lower`` is below the mechanism's true eps.
     """
     a = np.asarray(llr_under_d, dtype=float)
     b = np.asarray(llr_under_d_prime, dtype=float)
