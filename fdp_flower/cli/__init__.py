@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _registered():
     """Subcommands contributed by other modules (privacy calculator, sweeps, ...)."""
     hooks = []
-    for module in ("fdp_flower.cli.privacy", "fdp_flower.cli.sweep", "fdp_flower.cli.partition"):
+    for module in ("fdp_flower.cli.privacy", "fdp_flower.cli.sweep", "fdp_flower.cli.partition",
+                   "fdp_flower.cli.audit"):
         try:
             hooks.append(__import__(module, fromlist=["register"]).register)
         except ImportError:

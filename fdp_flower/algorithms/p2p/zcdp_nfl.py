@@ -18,17 +18,23 @@ import numpy as np
 
 
 def nfl_primal_step(*, objective, own_released, neighbour_released, dual, features, response, eta: float,
-                    rho: float) -> np.ndarray:
+                    rho: float, anchor=None) -> np.ndarray:
     """x_i^{k+1} of docs/algorithms.md, eq. (3.1) (Gauthier et al. 2023, eq. (7) with the first-order
     approximation (5)).
 
     ``neighbour_released`` has shape (|N_i|, K), rows in the node's neighbour order.
+    ``anchor`` z_i replaces xt_i^k in the linearization (z_i / eta - f_i'(z_i)); None (the library's
+    rule) anchors at the release.  Anchoring at the node's private iterate x_i^k is NOT
+    differentially private at Lemma I's noise (the hidden iterate carries the data from step to
+    step); it exists only so that the privacy audit (``fdp-flower audit --variant private_anchor``)
+    can show that it fails.
     """
     neighbour_released = np.asarray(neighbour_released, dtype=float)
-    s = objective.local_subgradient(own_released, features, response)
+    z = own_released if anchor is None else np.asarray(anchor, dtype=float)
+    s = objective.local_subgradient(z, features, response)
     degree = neighbour_released.shape[0]
     consensus = degree * own_released + neighbour_released.sum(axis=0)
-    return (own_released / eta - s - dual + rho * consensus) / (1.0 / eta + 2.0 * rho * degree)
+    return (z / eta - s - dual + rho * consensus) / (1.0 / eta + 2.0 * rho * degree)
 
 
 def nfl_dual_step(*, dual, own_released, neighbour_released, rho: float) -> np.ndarray:

@@ -1,0 +1,831 @@
+"""Empirical privacy audit of every algorithm (``fdp-flower audit``; statistics in
+:mod:`fdp_flower.privacy.audit`).
+
+The audited party is one client (node) of a scenario.  Its neighbouring datasets D, D' are run
+through the real client code of its family -- :func:`fdp_flower.algorithms.fdp_admm.update.client_primal_step`,
+:func:`fdp_flower.algorithms.gradient_admm.update.client_release`,
+:func:`fdp_flower.algorithms.p2p.node.node_round`,
+:func:`fdp_flower.functional.federated_fpca.client_summary` -- on the *same* transcript: every step,
+both noise-free releases are computed from the public state of the run so far, one of them is
+released with the calibrated noise (the real noise function), the other parties release theirs
+(real code, own data, own noise) and the public state advances.
+
+Neighbouring pairs (the audited party's data is D, a neighbour D'):
+
+- ``canary replace-one``: a worst-case D built from the party's largest row r = (a, y): m - 1 copies
+  of r and one canary r' = (-a, y') (y' chosen among a few candidates to maximize the step-1 change);
+  D' replaces the canary by r.  At the public starting point this attains the calibrated
+  sensitivity of a mean of bounded per-record terms, so the audit is tight there;
+- ``canary add`` / ``canary remove``: the same D with one more canary, resp. without it;
+- ``random replace-one`` / ``random remove``: the party's real data, one random row replaced by a
+  random row of another party, resp. removed.
+
+A pair is compared with the ledger's sensitivity under its relation (replace-one, or add/remove
+through :meth:`fdp_flower.privacy.ledger.GaussianRelease.under`).  m_i stays the public count of D
+(the bookkeeping of the others does not change with D'), as in the ledger.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fdp_flower.privacy.audit import (
+    KLEstimate,
+    LikelihoodRatioTest,
+    epsilon_lower_bound,
+    gaussian_llr,
+    kl_estimate,
+)
+from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon
+from fdp_flower.privacy.mechanisms import add_gaussian_noise
+
+#: |a.x| at the adversarial public states (the logistic derivative is then within 1e-13 of 1).
+PROBE_MARGIN = 30.0
+
+#: Angle between the bent canary rows and the probe direction (89 degrees): their difference is
+#: 2 sin(89 deg) = 0.99985 x the largest possible, and both have a.w = -PROBE_MARGIN at the probe.
+BEND_ANGLE = np.deg2rad(89.0)
+
+#: Variants the audit can select that the library does not run (documented as NOT DP).
+VARIANTS = ("private_anchor",)
+
+
+@dataclass(frozen=True)
+class PartyData:
+    """The audited party's rows as its release function sees them (clipped), and responses."""
+
+    features: np.ndarray
+    response: np.ndarray | None
+
+    @property
+    def size(self) -> int:
+        return int(self.features.shape[0])
+
+    def replace(self, index: int, row: np.ndarray, value) -> "PartyData":
+        f = self.features.copy()
+        f[index] = row
+        r = None if self.response is None else self.response.copy()
+        if r is not None:
+            r[index] = value
+        return PartyData(f, r)
+
+    def remove(self, index: int) -> "PartyData":
+        r = None if self.response is None else np.delete(self.response, index)
+        return PartyData(np.delete(self.features, index, axis=0), r)
+
+    def add(self, row: np.ndarray, value) -> "PartyData":
+        r = None if self.response is None else np.r_[self.response, value]
+        return PartyData(np.vstack([self.features, row[None, :]]), r)
+
+
+# ------------------------------------------------------------------ protocols (one per family)
+class _Protocol:
+    """What the audit needs of an algorithm; subclasses call the real client and server code."""
+
+    name: str
+    steps: int
+    mechanism: str = "gaussian"  # ledger mechanism (its add/remove conversion)
+    relation: str = "replace_one"  # the relation the noise is calibrated for
+    delta: float
+    scales: np.ndarray | None = None
+    logistic: bool = False
+
+    def party(self) -> PartyData:
+        """The audited party's real rows."""
+        raise NotImplementedError
+
+    def donors(self) -> PartyData:
+        """Rows of the other parties (random neighbours draw replacements from them)."""
+        raise NotImplementedError
+
+    def start(self) -> Any:
+        """The public state before step 1."""
+        raise NotImplementedError
+
+    def release(self, public, hidden, data: PartyData, step: int) -> tuple[np.ndarray, Any]:
+        """The audited party's noise-free release at ``step`` given the public state, and its
+        carried state (``hidden``: what the party keeps between steps under this dataset)."""
+        raise NotImplementedError
+
+    def calibration(self, step: int) -> tuple[float, float]:
+        """(sensitivity under ``relation``, sigma) of the audited party's release at ``step``."""
+        raise NotImplementedError
+
+    def add_noise(self, value: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+        return add_gaussian_noise(value, sigma, rng, self.scales)
+
+    def advance(self, public, released: np.ndarray, hidden, step: int, rng: np.random.Generator):
+        """The other parties' releases (their data, noise from ``rng``) and the public update,
+        given the audited party's noisy ``released`` value and its carried state."""
+        raise NotImplementedError
+
+    #: False when rows carry a public constant column (an intercept): only the reflection is tried
+    free_rows: bool = True
+
+    def _frame(self, row: np.ndarray):
+        """(s, n, e, x): noise shape s, whitened norm n = ||row / s||, the unit direction e of
+        row / s and a unit x orthogonal to it (whitened coordinates)."""
+        s = np.ones_like(row) if self.scales is None else np.asarray(self.scales, dtype=float)
+        u = row / s
+        n = float(np.linalg.norm(u))
+        e = u / n
+        k = int(np.argmin(np.abs(e)))
+        x = -e[k] * e
+        x[k] += 1.0
+        return s, n, e, x / np.linalg.norm(x)
+
+    def feature_pairs(self, row: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Candidate (r, r') feature rows of the canary, both as far out as ``row`` in the noise
+        metric: r and its reflection -r; and (free rows) the bent pair n (-cos t x +- sin t e)
+        (t = :data:`BEND_ANGLE`), whose loss derivatives saturate together at the adversarial state
+        along x (for the logistic loss the reflection only reaches half the bound there)."""
+        pairs = [(row, -row)]
+        if self.free_rows and row.size >= 2 and np.linalg.norm(row) > 0:
+            s, n, e, x = self._frame(row)
+            c, t = np.cos(BEND_ANGLE), np.sin(BEND_ANGLE)
+            pairs.append((s * n * (-c * x + t * e), s * n * (-c * x - t * e)))
+        return pairs
+
+    def adversarial_states(self, row: np.ndarray) -> list:
+        """Public states of step 1 that a malicious coordinator or peer could present to the party
+        (its release function must respect the calibrated sensitivity at *any* public input):
+        the point where the party evaluates or linearizes its loss moved to one of
+        :meth:`probe_points`.  Default: none (a release with no public input)."""
+        return []
+
+    def probe_points(self, row: np.ndarray) -> list[np.ndarray]:
+        """+-w with a.w = +-:data:`PROBE_MARGIN` for a = ``row`` and for both rows of the bent pair,
+        which saturates every bounded loss derivative (logistic: within e^-30 of its bound)."""
+        if np.linalg.norm(row) == 0:
+            return []
+        s, n, e, x = self._frame(row)
+        along = PROBE_MARGIN * e / (n * s)
+        across = PROBE_MARGIN * x / (n * np.cos(BEND_ANGLE) * s)
+        return [along, -along, across, -across]
+
+    def response_candidates(self, value, all_values) -> list:
+        if all_values is None:
+            return [None]
+        if self.logistic:
+            return [1.0, -1.0]
+        big = 10.0 * float(np.max(np.abs(all_values))) + 1.0
+        return sorted({float(value), -float(value), big, -big})
+
+    def noise_metric(self, diff: np.ndarray) -> float:
+        return float(np.linalg.norm(diff if self.scales is None else diff / self.scales))
+
+
+class FDPADMMProtocol(_Protocol):
+    """FDP-ADMM: client ``party`` of the server-coordinated federation (release: the primal wt_i)."""
+
+    mechanism = "fdp_admm_primal"
+
+    def __init__(self, scenario, party: int = 0):
+        from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, model_dim, noise_scales
+        from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+        from fdp_flower.engines.inprocess import stack_clients
+
+        if not scenario.privacy.enabled:
+            raise ValueError("the audit needs privacy.enabled: true (nothing is calibrated otherwise)")
+        sizes, basis, feats, resp, _clipped, _ev = simulation_setup(scenario, with_reference=False)
+        self.scenario, self.c = scenario, party
+        self.sizes = np.asarray(sizes, dtype=float)
+        self.feats, self.resp = feats, resp
+        self.objective = build_objective(scenario)
+        self.dim = model_dim(scenario, basis)
+        self.plan = NoisePlan(scenario, self.dim)
+        self.scales = noise_scales(scenario, basis)
+        self.rho = scenario.algorithm.rho
+        self.stacked = stack_clients(feats, resp)
+        self.steps = scenario.algorithm.rounds
+        self.delta = scenario.privacy.delta
+        self.name = f"FDP-ADMM ({scenario.model.clip_shape} clip)"
+        self.free_rows = not scenario.model.intercept
+        self._cache: dict[int, tuple] = {}
+
+    def _plan(self, step):
+        if step not in self._cache:
+            self._cache[step] = self.plan.release(step, self.sizes)
+        return self._cache[step]
+
+    def party(self):
+        return PartyData(self.feats[self.c], self.resp[self.c])
+
+    def donors(self):
+        others = [i for i in range(len(self.feats)) if i != self.c]
+        return PartyData(np.vstack([self.feats[i] for i in others]), np.concatenate([self.resp[i] for i in others]))
+
+    def start(self):
+        from fdp_flower.algorithms.fdp_admm.plan import initial_state
+
+        return initial_state(self.scenario, self.dim)
+
+    def release(self, public, hidden, data, step):
+        from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+
+        eta = self._plan(step)[0]
+        q = client_primal_step(objective=self.objective, noisy_primal=public.noisy_primals[self.c],
+                               global_w=public.global_w, dual=public.duals[self.c], features=data.features,
+                               response=data.response, eta=eta[self.c], rho=self.rho)
+        return q, None
+
+    def calibration(self, step):
+        _eta, sens, sigma = self._plan(step)
+        return float(sens[self.c]), float(sigma[self.c])
+
+    def advance(self, public, released, hidden, step, rng):
+        from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+
+        eta, _sens, sigma = self._plan(step)
+        f, y, mask = self.stacked
+        primals = client_primal_step(objective=self.objective, noisy_primal=public.noisy_primals,
+                                     global_w=public.global_w[None, :], dual=public.duals, features=f, response=y,
+                                     eta=eta[:, None], rho=self.rho, mask=mask)
+        noisy = np.stack([released if i == self.c else add_gaussian_noise(primals[i], sigma[i], rng, self.scales)
+                          for i in range(len(self.sizes))])
+        return public.advance(noisy, self.rho)
+
+    def adversarial_states(self, row):
+        from dataclasses import replace
+
+        start = self.start()
+        out = []
+        for x in self.probe_points(row):
+            primals = start.noisy_primals.copy()
+            primals[self.c] = x
+            out.append(replace(start, noisy_primals=primals))
+        return out
+
+    def feature_pairs(self, row):
+        if self.scenario.model.intercept:  # the intercept column is the same public constant in every row
+            other = row.copy()
+            other[1:] = -row[1:]
+            return [(row, other)]
+        return super().feature_pairs(row)
+
+
+class FederatedFPCAProtocol(_Protocol):
+    """Federated DP-FPCA: client ``party``'s one covariance-summary release (upper(C_i), mu_i)."""
+
+    mechanism = "fpca_covariance"
+
+    def __init__(self, scenario, party: int = 0):
+        from fdp_flower.algorithms.fdp_admm.plan import data_source, grid_of
+        from fdp_flower.functional.federated_fpca import noise_multiplier, scenario_pre_basis
+
+        b = scenario.basis
+        if getattr(b, "kind", None) != "federated_dp" or not b.private:
+            raise ValueError("the federated DP-FPCA audit needs basis.kind: federated_dp with private: true")
+        source = data_source(scenario)
+        pre = scenario_pre_basis(scenario, grid_of(scenario))
+        self.coefs = [pre.scores(source.load(i).curves) for i in range(scenario.federation.num_clients)]
+        self.c, self.clip_cb = party, b.clip_cb
+        self.z = noise_multiplier(b.eps, b.delta)
+        self.delta = b.delta
+        self.steps = 1
+        self.name = "federated DP-FPCA"
+        self._m = self.coefs[party].shape[0]
+        self._memo: dict[int, tuple[PartyData, np.ndarray]] = {}
+
+    def _clipped(self, coefs):
+        from fdp_flower.core.clipping import clip_rows
+
+        return clip_rows(coefs, self.clip_cb)[0]
+
+    def party(self):
+        return PartyData(self._clipped(self.coefs[self.c]), None)
+
+    def donors(self):
+        return PartyData(self._clipped(np.vstack([c for i, c in enumerate(self.coefs) if i != self.c])), None)
+
+    def start(self):
+        return None
+
+    def release(self, public, hidden, data, step):
+        from fdp_flower.functional.federated_fpca import client_summary
+
+        key = id(data)  # one release with no public input: computed once per dataset
+        if key not in self._memo or self._memo[key][0] is not data:
+            s = client_summary(data.features, clip_cb=self.clip_cb, sigma=None, rng=None)
+            upper = s.second_moment[np.triu_indices(s.second_moment.shape[0])]
+            self._memo[key] = (data, np.r_[upper, s.mean])
+        return self._memo[key][1], None
+
+    def calibration(self, step):
+        from fdp_flower.functional.federated_fpca import summary_sensitivity
+
+        sens = float(summary_sensitivity(clip_cb=self.clip_cb, m=self._m))
+        return sens, self.z * sens
+
+    def add_noise(self, value, sigma, rng):
+        # client_summary's noise: i.i.d. N(0, sigma^2) on and above the diagonal and on the mean
+        return value + sigma * rng.standard_normal(value.shape)
+
+    def advance(self, public, released, hidden, step, rng):
+        return None  # one release; the others' summaries do not depend on it
+
+    def feature_pairs(self, row):
+        perp = np.roll(row, 1)  # same norm, a different direction: moves C_i as well as mu_i
+        return [(row, -row), (row, perp)]
+
+
+class GradientADMMProtocol(_Protocol):
+    """DP-ADMM / DP-AccADMM: client ``party``'s noisy mean gradient."""
+
+    mechanism = "gaussian_gradient"
+    logistic = False
+
+    def __init__(self, scenario, party: int = 0):
+        from fdp_flower.core.losses import LogisticLoss
+        from fdp_flower.engines.gradient_admm import build_problem, noise_plan, resolve_gamma, scenario_privacy
+
+        privacy = scenario_privacy(scenario)
+        if privacy is None:
+            raise ValueError("the audit needs privacy.enabled: true (nothing is calibrated otherwise)")
+        self.problem = build_problem(scenario)
+        alg = scenario.algorithm
+        self.alg, self.c = alg, party
+        self.gamma = resolve_gamma(self.problem, eta=alg.eta, rho=alg.rho, gamma=alg.gamma)
+        self.sens, self.sig = noise_plan(self.problem, alg.rounds, privacy)
+        self.relation = privacy.neighbouring
+        self.delta = privacy.delta
+        self.steps = alg.rounds
+        self.accelerated = alg.kind == "dp_acc_admm"
+        self.logistic = isinstance(self.problem.loss, LogisticLoss)
+        self.name = "DP-AccADMM" if self.accelerated else "DP-ADMM"
+        self.free_rows = not getattr(scenario.data, "intercept", False)
+
+    def party(self):
+        p = self.problem
+        return PartyData(p.client_features[self.c], p.client_responses[self.c])
+
+    def donors(self):
+        p = self.problem
+        others = [i for i in range(p.num_clients) if i != self.c]
+        return PartyData(np.vstack([p.client_features[i] for i in others]),
+                         np.concatenate([p.client_responses[i] for i in others]))
+
+    def start(self):
+        from fdp_flower.algorithms.gradient_admm.update import GradientADMMState
+
+        return GradientADMMState.initial(self.problem.dim, self.problem.matrix.shape[0])
+
+    def release(self, public, hidden, data, step):
+        from fdp_flower.algorithms.gradient_admm.update import client_release
+
+        q = client_release(loss=self.problem.loss, x_hat=public.x_hat, features=data.features,
+                           response=data.response, sigma=None, seed=0, client=self.c, round_=step)
+        return q, None
+
+    def calibration(self, step):
+        return float(self.sens[self.c]), float(self.sig[self.c])
+
+    def adversarial_states(self, row):
+        from dataclasses import replace
+
+        start = self.start()
+        return [replace(start, x_hat=x) for x in self.probe_points(row)]
+
+    def advance(self, public, released, hidden, step, rng):
+        from fdp_flower.algorithms.gradient_admm.update import aggregate_gradients, client_release, server_step
+
+        p = self.problem
+        grads = np.stack([released if i == self.c else client_release(
+            loss=p.loss, x_hat=public.x_hat, features=p.client_features[i], response=p.client_responses[i],
+            sigma=float(self.sig[i]), seed=0, client=i, round_=step, rng=lambda: rng)
+            for i in range(p.num_clients)])
+        grad = aggregate_gradients(grads, p.counts)
+        return server_step(public, grad, p.matrix, lam=p.lam, rho=self.alg.rho, eta=self.alg.eta, gamma=self.gamma,
+                           accelerated=self.accelerated, restart=getattr(self.alg, "restart", False))
+
+
+_DISCARDED = np.random.default_rng(0)  # node_round's noise of the hypothesis that is not released
+
+
+class P2PProtocol(_Protocol):
+    """A peer-to-peer node (zCDP-NFL, DP-NFL, grad-NFL, PR-ADMM): its release xt_i^r.
+
+    ``variant="private_anchor"`` (zCDP-NFL only) anchors every node's linearized step at its own
+    noise-free iterate x_i^k instead of its release: NOT differentially private at the noise of
+    Lemma I (Gauthier et al. 2023); the audit exists to show it fails.
+    """
+
+    def __init__(self, scenario, party: int = 0, variant: str | None = None):
+        from fdp_flower.algorithms.p2p.config import build_algorithm, build_graph, build_problem
+        from fdp_flower.core.losses import LogisticLoss
+
+        if not scenario.privacy.enabled:
+            raise ValueError("the audit needs privacy.enabled: true (nothing is calibrated otherwise)")
+        if variant not in (None, *VARIANTS):
+            raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        if variant == "private_anchor" and scenario.algorithm.kind != "zcdp_nfl":
+            raise ValueError("the private_anchor variant is a zCDP-NFL variant (algorithm.kind: zcdp_nfl)")
+        self.graph = build_graph(scenario.topology, scenario.seed)
+        self.problem = build_problem(scenario.data, self.graph.num_nodes, scenario.seed, with_reference=False)
+        self.algorithm = build_algorithm(scenario.algorithm, scenario.privacy, self.problem)
+        self.variant, self.c = variant, party
+        self.nbrs = [list(x) for x in self.graph.neighbours]
+        self.degrees = np.asarray(self.graph.degrees)
+        self.steps = self.algorithm.steps
+        self.delta = scenario.privacy.delta
+        self.logistic = isinstance(self.problem.loss, LogisticLoss)
+        label = {"zcdp_nfl": "zCDP-NFL", "dp_nfl": "DP-NFL", "zcdp_grad_nfl": "zCDP-grad-NFL",
+                 "pr_admm": "PR-ADMM"}.get(self.algorithm.kind, self.algorithm.kind)
+        self.name = label + (" (private anchor, NOT DP)" if variant else "")
+        self._m = len(self.problem.responses[party])
+
+    def party(self):
+        return PartyData(self.problem.features[self.c], self.problem.responses[self.c])
+
+    def donors(self):
+        others = [i for i in range(self.problem.num_nodes) if i != self.c]
+        return PartyData(np.vstack([self.problem.features[i] for i in others]),
+                         np.concatenate([self.problem.responses[i] for i in others]))
+
+    def start(self):
+        from fdp_flower.algorithms.p2p.node import NodeState
+
+        n, k = self.problem.num_nodes, self.problem.dim
+        states = [NodeState.initial(k, int(self.degrees[i])) for i in range(n)]
+        return {"states": states, "released": np.zeros((n, k)), "hidden": np.zeros((n, k))}
+
+    def _anchor_step(self, public, node, anchor, features, response, step):
+        from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_dual_step, nfl_primal_step
+
+        a, s = self.algorithm, public["states"][node]
+        nb = public["released"][self.nbrs[node]]
+        dual = nfl_dual_step(dual=s.dual, own_released=s.released, neighbour_released=nb, rho=a.penalty)
+        x = nfl_primal_step(objective=self.problem.objective, own_released=s.released, neighbour_released=nb,
+                            dual=dual, features=features, response=response, eta=float(a.step_schedule(step)),
+                            rho=a.penalty, anchor=anchor)
+        return x, dual
+
+    def _round(self, public, node, features, response, hidden_x):
+        from fdp_flower.algorithms.p2p.node import node_round
+
+        return node_round(algorithm=self.algorithm, objective=self.problem.objective, node=node, seed=0,
+                          state=public["states"][node], neighbour_released=public["released"][self.nbrs[node]],
+                          neighbour_degrees=self.degrees[self.nbrs[node]], features=features, response=response,
+                          noise=lambda _event: _DISCARDED)
+
+    def release(self, public, hidden, data, step):
+        if self.variant == "private_anchor":
+            anchor = np.zeros(self.problem.dim) if hidden is None else hidden[0]
+            x, dual = self._anchor_step(public, self.c, anchor, data.features, data.response, step)
+            return x, (x, dual, public["states"][self.c].link_stat)
+        res = self._round(public, self.c, data.features, data.response, None)
+        return res.primal, (res.primal, res.state.dual, res.state.link_stat)
+
+    def calibration(self, step):
+        return self.algorithm.release_parameters(step, self._m, int(self.degrees[self.c]))
+
+    def adversarial_states(self, row):
+        from fdp_flower.algorithms.p2p.node import NodeState
+
+        out = []
+        for x in self.probe_points(row):
+            public = self.start()
+            s = public["states"][self.c]
+            public["states"][self.c] = NodeState(0, x, s.dual, s.link_stat)
+            public["released"][self.c] = x
+            out.append(public)
+        return out
+
+    def advance(self, public, released, hidden, step, rng):
+        from fdp_flower.algorithms.p2p.node import NodeState
+
+        n = self.problem.num_nodes
+        states, rel, hid = list(public["states"]), public["released"].copy(), public["hidden"].copy()
+        for i in range(n):
+            if i == self.c:
+                _x, dual, link = hidden
+                states[i] = NodeState(step, released, dual, link)
+                rel[i] = released
+                continue
+            f, y = self.problem.features[i], self.problem.responses[i]
+            if self.variant == "private_anchor":
+                x, dual = self._anchor_step(public, i, public["hidden"][i], f, y, step)
+                sigma = self.algorithm.release_parameters(step, len(y), int(self.degrees[i]))[1]
+                out = add_gaussian_noise(x, sigma, rng)
+                states[i] = NodeState(step, out, dual, states[i].link_stat)
+                rel[i], hid[i] = out, x
+            else:
+                from fdp_flower.algorithms.p2p.node import node_round
+
+                res = node_round(algorithm=self.algorithm, objective=self.problem.objective, node=i, seed=0,
+                                 state=public["states"][i], neighbour_released=public["released"][self.nbrs[i]],
+                                 neighbour_degrees=self.degrees[self.nbrs[i]], features=f, response=y,
+                                 noise=lambda _event: rng)
+                states[i], rel[i] = res.state, res.state.released
+        return {"states": states, "released": rel, "hidden": hid}
+
+
+def protocol_for(scenario, *, party: int = 0, variant: str | None = None, fpca: bool = False) -> _Protocol:
+    """The audited protocol of a scenario of any family (``fpca``: its federated DP-FPCA phase)."""
+    from fdp_flower.algorithms.registry import family_of
+
+    family = family_of(scenario.algorithm.kind)
+    parties = scenario.topology.num_nodes if family == "p2p" else scenario.federation.num_clients
+    if not 0 <= party < parties:
+        raise ValueError(f"party must be a client / node index in 0..{parties - 1}, got {party}")
+    if variant is not None and family != "p2p":
+        raise ValueError(f"variant {variant!r} applies to zcdp_nfl scenarios only")
+    if fpca:
+        if family != "fdp_admm":
+            raise ValueError("--fpca audits the federated DP-FPCA phase of an FDP-ADMM scenario")
+        return FederatedFPCAProtocol(scenario, party)
+    if family == "fdp_admm":
+        return FDPADMMProtocol(scenario, party)
+    if family == "gradient_admm":
+        return GradientADMMProtocol(scenario, party)
+    return P2PProtocol(scenario, party, variant)
+
+
+# ------------------------------------------------------------------ neighbours
+@dataclass(frozen=True)
+class NeighbourPair:
+    label: str
+    relation: str  # replace_one | add_remove
+    base: PartyData  # D
+    other: PartyData  # D'
+
+
+def _calibrated(protocol: _Protocol, step: int, relation: str) -> tuple[float, float]:
+    """(sensitivity under ``relation``, sigma) of the ledger event of the audited release."""
+    sens, sigma = protocol.calibration(step)
+    event = GaussianRelease(0, step, float(sens), float(sigma), neighbouring=protocol.relation,
+                            mechanism=protocol.mechanism)
+    return event.under(relation).sensitivity, sigma
+
+
+def relations_of(protocol: _Protocol, requested: str) -> list[str]:
+    """The relations audited: the calibrated one, or both where the ledger converts (``both``)."""
+    if requested == "calibrated":
+        return [protocol.relation]
+    out = [protocol.relation]
+    other = "add_remove" if protocol.relation == "replace_one" else "replace_one"
+    try:
+        _calibrated(protocol, 1, other)
+    except ValueError:
+        return out
+    return out + [other]
+
+
+def canary_index(protocol: _Protocol) -> int:
+    """The party's row farthest out in the noise metric (the canary is built from it)."""
+    f = protocol.party().features
+    return int(np.argmax(np.linalg.norm(f if protocol.scales is None else f / protocol.scales, axis=1)))
+
+
+def worst_case_canary(protocol: _Protocol) -> tuple[PartyData, tuple[np.ndarray, Any], tuple[np.ndarray, Any]]:
+    """(D, r, r'): D = m - 1 copies of r plus the canary r', r the party's largest row in the noise
+    metric; r' and the responses are chosen among the protocol's candidates to maximize the
+    step-1 change of the release when r' is replaced by r (at the start or an adversarial state)."""
+    real = protocol.party()
+    m = real.size
+    j = canary_index(protocol)
+    y_j = None if real.response is None else real.response[j]
+    publics = [protocol.start(), *protocol.adversarial_states(real.features[j])]
+    best = None
+    for row, canary_row in protocol.feature_pairs(real.features[j]):
+        for y in protocol.response_candidates(y_j, real.response):
+            for y_c in protocol.response_candidates(y_j, real.response):
+                feats = np.vstack([np.repeat(row[None, :], m - 1, axis=0), canary_row[None, :]])
+                resp = None if y is None else np.r_[np.full(m - 1, y), y_c]
+                base = PartyData(feats, resp)
+                other = base.replace(m - 1, row, y)
+                gap = max(protocol.noise_metric(protocol.release(public, None, base, 1)[0]
+                                                - protocol.release(public, None, other, 1)[0])
+                          for public in publics)
+                if best is None or gap > best[0]:
+                    best = (gap, base, (row, y), (canary_row, y_c))
+    return best[1], best[2], best[3]
+
+
+def neighbour_pairs(protocol: _Protocol, relations: list[str], rng: np.random.Generator) -> list[NeighbourPair]:
+    """The canary pairs on the worst-case D and random pairs on the party's real data."""
+    base, (row, y), (canary, y_c) = worst_case_canary(protocol)
+    m = base.size
+    real, donors = protocol.party(), protocol.donors()
+    pairs = []
+    if "replace_one" in relations:
+        pairs.append(NeighbourPair("canary replace-one", "replace_one", base, base.replace(m - 1, row, y)))
+        j, k = int(rng.integers(real.size)), int(rng.integers(donors.size))
+        pairs.append(NeighbourPair("random replace-one", "replace_one", real,
+                                   real.replace(j, donors.features[k], None if donors.response is None
+                                                else donors.response[k])))
+    if "add_remove" in relations:
+        pairs.append(NeighbourPair("canary add", "add_remove", base, base.add(canary, y_c)))
+        pairs.append(NeighbourPair("canary remove", "add_remove", base, base.remove(m - 1)))
+        pairs.append(NeighbourPair("random remove", "add_remove", real, real.remove(int(rng.integers(real.size)))))
+    return pairs
+
+
+# ------------------------------------------------------------------ the audit
+@dataclass
+class Transcript:
+    """One run of the protocol in which ``world`` (0: D, 1: D') is released."""
+
+    gaps: np.ndarray  # (T,) Delta_t in the noise metric
+    conditional_kl: np.ndarray  # (T,) Delta_t^2 / (2 sigma_t^2)
+    llr: float  # log p_D / p_D' of the released transcript
+
+
+def run_transcript(protocol: _Protocol, pair: NeighbourPair, steps: int, world: int,
+                   rng: np.random.Generator) -> Transcript:
+    """Replay both datasets on one transcript (see the module docstring)."""
+    public = protocol.start()
+    hidden = [None, None]
+    gaps, kl, llr = np.zeros(steps), np.zeros(steps), 0.0
+    for t in range(1, steps + 1):
+        qa, hidden[0] = protocol.release(public, hidden[0], pair.base, t)
+        qb, hidden[1] = protocol.release(public, hidden[1], pair.other, t)
+        _sens, sigma = protocol.calibration(t)
+        y = protocol.add_noise(qa if world == 0 else qb, sigma, rng)
+        gaps[t - 1] = protocol.noise_metric(qa - qb)
+        kl[t - 1] = gaps[t - 1] ** 2 / (2.0 * sigma * sigma)
+        llr += gaussian_llr(y, qa, qb, sigma, protocol.scales)
+        public = protocol.advance(public, y, hidden[world], t, rng)
+    return Transcript(gaps, kl, llr)
+
+
+@dataclass
+class PairAudit:
+    label: str
+    relation: str
+    calibrated: np.ndarray  # (T,) calibrated sensitivity under the relation
+    sigma: np.ndarray  # (T,)
+    measured: np.ndarray  # (T,) max over transcripts of Delta_t
+    kl_steps: np.ndarray  # (T,) mean over transcripts of Delta_t^2 / (2 sigma_t^2)
+    kl: KLEstimate
+    probe_ratio: float = float("nan")  # max Delta / calibrated at the adversarial public states (step 1)
+
+    @property
+    def ratio(self) -> np.ndarray:
+        return self.measured / self.calibrated
+
+    @property
+    def rho_steps(self) -> np.ndarray:
+        return self.calibrated**2 / (2.0 * self.sigma**2)
+
+    @property
+    def rho(self) -> float:
+        return float(self.rho_steps.sum())
+
+
+@dataclass
+class AuditReport:
+    algorithm: str
+    steps: int
+    delta: float
+    relations: list[str]
+    tolerance: float
+    pairs: list[PairAudit] = field(default_factory=list)
+    lr_test: LikelihoodRatioTest | None = None
+    lr_relation: str = ""
+    eps_accounted: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def audit_protocol(protocol: _Protocol, *, steps: int | None = None, transcripts: int = 4, lr_trials: int = 400,
+                   relations: str = "calibrated", tolerance: float = 1e-6, alpha: float = 0.05,
+                   seed: int = 0) -> AuditReport:
+    """Audit ``protocol`` over its first ``steps`` releases.
+
+    Every neighbour pair is replayed on ``transcripts`` transcripts drawn under D; the canary pair
+    of the calibrated relation also on ``lr_trials`` transcripts under each of D and D' for the
+    likelihood-ratio test.  Checks (``failures`` names algorithm, step and bound):
+    measured / calibrated sensitivity <= 1 + ``tolerance`` at every step; the Monte-Carlo KL of
+    every pair (conditional estimate) <= its zCDP budget rho (1 + tolerance)^2, in total and per
+    step; the lower confidence bound on eps (level 1 - ``alpha``) <= the accounted eps (PLD).
+    """
+    steps = protocol.steps if steps is None else min(int(steps), protocol.steps)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if transcripts < 2 or lr_trials < 8:
+        raise ValueError("need transcripts >= 2 and lr_trials >= 8")
+    rels = relations_of(protocol, relations)
+    root = np.random.SeedSequence(seed)
+    pair_seed, *trial_seeds = root.spawn(1 + 2 * lr_trials + 64)
+    report = AuditReport(protocol.name, steps, protocol.delta, rels, tolerance)
+    pairs = neighbour_pairs(protocol, rels, np.random.default_rng(pair_seed))
+    cal = {r: np.array([_calibrated(protocol, t, r) for t in range(1, steps + 1)]) for r in rels}
+    for r in rels:
+        events = [GaussianRelease(0, t, float(s), float(g)) for t, (s, g) in enumerate(cal[r], start=1)]
+        report.eps_accounted[r] = pld_epsilon(events, protocol.delta)
+    probes = protocol.adversarial_states(protocol.party().features[canary_index(protocol)])
+    lr_pair = next(p for p in pairs if p.label == ("canary replace-one" if protocol.relation == "replace_one"
+                                                   else "canary add"))
+    lr_runs: dict[int, list[Transcript]] = {0: [], 1: []}
+    seeds = iter(trial_seeds)
+    for pair in pairs:
+        if pair is lr_pair:
+            runs = [run_transcript(protocol, pair, steps, w, np.random.default_rng(next(seeds)))
+                    for w in (0, 1) for _ in range(lr_trials)]
+            lr_runs[0], lr_runs[1] = runs[:lr_trials], runs[lr_trials:]
+            under_d = lr_runs[0]
+        else:
+            under_d = [run_transcript(protocol, pair, steps, 0, np.random.default_rng(s))
+                       for s in np.random.SeedSequence(seed, spawn_key=(len(report.pairs) + 1,)).spawn(transcripts)]
+        gaps = np.array([t.gaps for t in under_d])
+        kls = np.array([t.conditional_kl for t in under_d])
+        audit = PairAudit(pair.label, pair.relation, cal[pair.relation][:, 0], cal[pair.relation][:, 1],
+                          gaps.max(axis=0), kls.mean(axis=0),
+                          kl_estimate(kls.sum(axis=1), np.array([t.llr for t in under_d])))
+        if probes:
+            audit.probe_ratio = max(protocol.noise_metric(protocol.release(s, None, pair.base, 1)[0]
+                                                          - protocol.release(s, None, pair.other, 1)[0])
+                                    for s in probes) / cal[pair.relation][0, 0]
+        report.pairs.append(audit)
+        _check_pair(report, audit, tolerance)
+    report.lr_relation = lr_pair.relation
+    report.lr_test = epsilon_lower_bound(np.array([t.llr for t in lr_runs[0]]),
+                                         np.array([t.llr for t in lr_runs[1]]), delta=protocol.delta, alpha=alpha)
+    accounted = report.eps_accounted[lr_pair.relation]
+    if report.lr_test.eps_lower > accounted:
+        report.failures.append(
+            f"{protocol.name}: steps 1-{steps}: empirical eps lower bound {report.lr_test.eps_lower:.4g} "
+            f"(likelihood-ratio test on the {lr_pair.label} canary, {1 - alpha:.0%} confidence) exceeds the "
+            f"accounted eps {accounted:.4g} ({lr_pair.relation}, delta = {protocol.delta:g})")
+    return report
+
+
+def _check_pair(report: AuditReport, audit: PairAudit, tolerance: float) -> None:
+    name = report.algorithm
+    over = np.flatnonzero(audit.ratio > 1.0 + tolerance)
+    if over.size:
+        t = int(over[np.argmax(audit.ratio[over])])
+        report.failures.append(
+            f"{name}: step {t + 1}: measured sensitivity {audit.measured[t]:.6g} is {audit.ratio[t]:.4g} x the "
+            f"calibrated {audit.calibrated[t]:.6g} ({audit.label}, {audit.relation}; bound 1 + {tolerance:g}); "
+            f"{over.size} of {len(audit.ratio)} steps exceed it")
+    if audit.probe_ratio > 1.0 + tolerance:
+        report.failures.append(
+            f"{name}: step 1 at an adversarial public state: measured sensitivity is {audit.probe_ratio:.4g} x the "
+            f"calibrated {audit.calibrated[0]:.6g} ({audit.label}, {audit.relation}; bound 1 + {tolerance:g})")
+    budget = (1.0 + tolerance) ** 2
+    over = np.flatnonzero(audit.kl_steps > audit.rho_steps * budget)
+    if over.size:
+        t = int(over[np.argmax(audit.kl_steps[over] / audit.rho_steps[over])])
+        report.failures.append(
+            f"{name}: step {t + 1}: Monte-Carlo KL {audit.kl_steps[t]:.4g} exceeds the step's zCDP budget "
+            f"rho = {audit.rho_steps[t]:.4g} ({audit.label}, {audit.relation})")
+    if audit.kl.conditional > audit.rho * budget:
+        report.failures.append(
+            f"{name}: steps 1-{len(audit.ratio)}: Monte-Carlo KL of the transcripts {audit.kl.conditional:.4g} "
+            f"(sampled {audit.kl.sampled:.4g} +- {audit.kl.sampled_se:.2g}) exceeds the zCDP budget "
+            f"rho = {audit.rho:.4g} ({audit.label}, {audit.relation}), {audit.kl.conditional / audit.rho:.3g} x")
+
+
+# ------------------------------------------------------------------ text output
+def format_report(report: AuditReport, *, per_step: bool = True) -> str:
+    """The per-step and per-pair tables of a report (Markdown)."""
+    lines = [f"### {report.algorithm}: {'PASS' if report.passed else 'FAIL'}", "",
+             f"{report.steps} steps audited, relations {', '.join(report.relations)}, delta = {report.delta:g}, "
+             f"tolerance {report.tolerance:g}.", "",
+             "| neighbours | relation | max measured / calibrated sensitivity (step) | at adversarial state "
+             "| MC KL (sampled +- se) | zCDP budget rho |", "|---|---|---|---|---|---|"]
+    for p in report.pairs:
+        t = int(np.argmax(p.ratio))
+        probe = "n/a" if np.isnan(p.probe_ratio) else f"{p.probe_ratio:.6f}"
+        lines.append(f"| {p.label} | {p.relation} | {p.ratio[t]:.6f} ({t + 1}) | {probe} | {p.kl.conditional:.4g} "
+                     f"({p.kl.sampled:.4g} +- {p.kl.sampled_se:.2g}) | {p.rho:.4g} |")
+    if report.lr_test is not None:
+        lr = report.lr_test
+        lines += ["", f"Likelihood-ratio test ({report.lr_relation} canary, {lr.trials} held-out trials per "
+                      f"hypothesis, {lr.direction}): FPR {lr.fpr:.3f} (upper {lr.fpr_upper:.3f}), FNR {lr.fnr:.3f} "
+                      f"(upper {lr.fnr_upper:.3f}); eps lower bound {lr.eps_lower:.4g} "
+                      f"({1 - lr.alpha:.0%} confidence) vs accounted eps "
+                      f"{report.eps_accounted[report.lr_relation]:.4g} (PLD)."]
+    if per_step:
+        lines += ["", "| step | " + " | ".join(f"{p.label} ratio" for p in report.pairs)
+                  + " | canary KL / rho |", "|---|" + "---|" * (len(report.pairs) + 1)]
+        canary = report.pairs[0]
+        for t in range(report.steps):
+            lines.append(f"| {t + 1} | " + " | ".join(f"{p.ratio[t]:.4f}" for p in report.pairs)
+                         + f" | {canary.kl_steps[t]:.4g} / {canary.rho_steps[t]:.4g} |")
+    if report.failures:
+        lines += [""] + [f"- FAIL: {f}" for f in report.failures]
+    return "\n".join(lines)
+
+
+def summary_row(report: AuditReport) -> str:
+    """One Markdown row: algorithm, sensitivity ratio, KL vs rho, eps bound vs accounted, verdict."""
+    ratio = max(float(np.nanmax(np.r_[p.ratio, p.probe_ratio])) for p in report.pairs)
+    kl = max(report.pairs, key=lambda p: p.kl.conditional / p.rho)
+    lr = report.lr_test
+    acc = report.eps_accounted[report.lr_relation]
+    return (f"| {report.algorithm} | {', '.join(report.relations)} | {report.steps} | {ratio:.4f} | "
+            f"{kl.kl.conditional:.4g} / {kl.rho:.4g} ({kl.label}) | {lr.eps_lower:.3g} / {acc:.3g} | "
+            f"{'pass' if report.passed else 'FAIL'} |")
+
+
+SUMMARY_HEADER = ("| algorithm | relations | steps | max measured / calibrated sensitivity | MC KL / zCDP rho "
+                  "(worst pair) | eps lower bound / accounted eps | verdict |\n|---|---|---|---|---|---|---|")
+
