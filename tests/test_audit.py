@@ -26,9 +26,6 @@ from fdp_flower.privacy.audit import (
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 SIN_BEND = float(np.sin(BEND_ANGLE))
-SENS_BUG = ("needs the sens branch: the ledger's add/remove sensitivity of a mean over the record count is "
-            "half the replace-one one (c/m), but removing a record moves the mean by up to 2c/m; "
-            "remove this xfail once the corrected NEIGHBOURING_FACTORS are merged")
 
 
 # ------------------------------------------------------------------ statistics
@@ -154,7 +151,6 @@ def test_gradient_admm_replace_one_passes_and_the_adversarial_state_is_tight(kin
     assert report.pairs[0].probe_ratio == pytest.approx(SIN_BEND, rel=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason=SENS_BUG)
 @pytest.mark.parametrize("kind", ["dp_admm", "dp_acc_admm"])
 def test_gradient_admm_add_remove_passes(kind):
     """The calibrated relation of the shipped DP-ADMM scenarios (add/remove)."""
@@ -275,6 +271,5 @@ def test_dp_admm_replace_one_figure_agrees_with_dp_accounting_from_measured_sens
     _dp_admm_figures_agree("replace_one")
 
 
-@pytest.mark.xfail(strict=True, reason=SENS_BUG)
 def test_dp_admm_add_remove_figure_agrees_with_dp_accounting_from_measured_sensitivity():
     _dp_admm_figures_agree("add_remove")
