@@ -110,8 +110,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"final MISE ({scenario.algorithm.estimator.kind}) = {mise:.5f}" if mise is not None else
           f"final objective = {summary['final'].get('objective', float('nan')):.5g} (no true beta: no MISE)")
     if summary["privacy"].get("private"):
-        print(f"privacy spent per client: eps = {summary['privacy']['eps']:.4f} at delta = "
+        eps = summary["privacy"].get("eps")  # None: not finite (summary.json holds no inf)
+        shown = "inf" if eps is None else f"{eps:.4f}" if eps < 1e6 else f"{eps:.4g}"
+        print(f"privacy spent per client: eps = {shown} at delta = "
               f"{summary['privacy']['delta']:g} (worst client, PLD accounting)")
+        if summary["privacy"].get("note"):
+            print(f"note: {summary['privacy']['note']}")
     print(f"results: {out}")
     return 0
 

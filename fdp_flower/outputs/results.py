@@ -87,8 +87,14 @@ def privacy_report(ledger, delta: float) -> dict:
     worst = max(per_client, key=lambda s: s.eps_pld if s.eps_pld is not None else s.eps_rdp)
     row = lambda s: {"client": s.client, "releases": s.releases, "zcdp_rho": s.zcdp_rho,  # noqa: E731
                      "eps_zcdp": s.eps_zcdp, "eps_rdp": s.eps_rdp, "eps_pld": s.eps_pld}
-    return {"private": True, "delta": delta, "worst_client": row(worst), "eps": worst.eps,
-            "per_client": [row(s) for s in per_client]}
+    report = {"private": True, "delta": delta, "worst_client": row(worst), "eps": worst.eps,
+              "per_client": [row(s) for s in per_client]}
+    from fdp_flower.privacy.ledger import pld_fallback_note
+
+    note = pld_fallback_note(ledger.of_client(worst.client))
+    if note:
+        report["note"] = note
+    return report
 
 
 def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, _group_multipliers
+from fdp_flower.privacy.calibration import _group_multipliers, pld_discretization, target_mu
 from fdp_flower.privacy.ledger import GaussianRelease, PrivacyLedger, pld_epsilon, rdp_epsilon, zcdp_epsilon
 
 log = logging.getLogger(__name__)
@@ -126,10 +126,15 @@ class BudgetGuard:
         def key(releases):  # 12 digits: clients whose z differ in the last bits share one PLD
             return tuple(float(f"{z:.12g}") for z in multipliers(releases))
 
+        # the interval is chosen from the budget, as the calibration chooses it (bounded PLD size)
+        interval = pld_discretization(target_mu(self.eps_total, self.delta_total))
+        if interval is None:  # beyond a bounded PLD: the ledger's analytic eps (pld_epsilon)
+            return pld_epsilon(list(recorded) + list(planned), self.delta_total)
+
         def compose(base, releases):
             for z, n in _group_multipliers(multipliers(releases)):
                 base = base.compose(pld_lib.from_gaussian_mechanism(
-                    standard_deviation=z / math.sqrt(n), value_discretization_interval=PLD_DISCRETIZATION))
+                    standard_deviation=z / math.sqrt(n), value_discretization_interval=interval))
             return base
 
         before, after = key(recorded), key(list(recorded) + list(planned))
@@ -138,7 +143,7 @@ class BudgetGuard:
             if found is None:
                 base = self._plds.get(before)
                 if base is None:
-                    base = compose(pld_lib.identity(value_discretization_interval=PLD_DISCRETIZATION), recorded)
+                    base = compose(pld_lib.identity(value_discretization_interval=interval), recorded)
                 found = compose(base, planned)
             fresh[after] = found
         return 0.0 if not after else float(fresh[after].get_epsilon_for_delta(self.delta_total))

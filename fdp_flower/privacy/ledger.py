@@ -22,7 +22,13 @@ from typing import Literal
 import dp_accounting
 from dp_accounting import pld, rdp
 
-from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, composed_gaussian_event
+from fdp_flower.privacy.calibration import (
+    PLD_FALLBACK_NOTE,
+    analytic_gaussian_epsilon,
+    composed_gaussian_event,
+    composed_mu,
+    pld_discretization,
+)
 from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 Neighbouring = Literal["replace_one", "add_remove"]
@@ -79,8 +85,11 @@ class GaussianRelease:
 
     @property
     def zcdp_rho(self) -> float:
-        """Delta^2 / (2 sigma^2)."""
-        return self.sensitivity**2 / (2 * self.sigma**2)
+        """Delta^2 / (2 sigma^2) (inf when it overflows, e.g. sigma ~ 1e-300)."""
+        try:
+            return 0.5 * (self.sensitivity / self.sigma) ** 2
+        except OverflowError:
+            return math.inf
 
     def under(self, neighbouring: Neighbouring) -> GaussianRelease:
         """The same release (same sigma) with the sensitivity of another neighbouring relation.
@@ -138,18 +147,46 @@ def rdp_epsilon(releases, delta: float) -> float:
     """eps of the composed releases by the RDP accountant of ``dp_accounting``."""
     if not _multipliers(releases):
         return 0.0
-    acc = rdp.RdpAccountant()
-    acc.compose(_dp_event(releases))
-    return float(acc.get_epsilon(delta))
+    try:
+        acc = rdp.RdpAccountant()
+        acc.compose(_dp_event(releases))
+        eps = float(acc.get_epsilon(delta))
+    except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError):
+        eps = math.nan
+    # noise so small that the RDP orders overflow: the zCDP bound, which RDP only tightens
+    return eps if math.isfinite(eps) else zcdp_epsilon(releases, delta)
 
 
-def pld_epsilon(releases, delta: float, discretization: float = PLD_DISCRETIZATION) -> float:
-    """eps of the composed releases by the PLD accountant of ``dp_accounting``."""
-    if not _multipliers(releases):
+def pld_epsilon(releases, delta: float, discretization: float | None = None) -> float:
+    """eps of the composed releases by the PLD accountant of ``dp_accounting``.
+
+    The discretization interval is chosen from the composition's mu
+    (:func:`~fdp_flower.privacy.calibration.pld_discretization`), so the answer comes in bounded
+    time and memory for any noise; beyond ``PLD_MAX_MU``, or if the accountant fails, the analytic
+    eps of the composed Gaussian is returned instead (:func:`pld_fallback_note` says so).
+    """
+    multipliers = _multipliers(releases)
+    if not multipliers:
         return 0.0
-    acc = pld.PLDAccountant(value_discretization_interval=discretization)
-    acc.compose(_dp_event(releases))
-    return float(acc.get_epsilon(delta))
+    mu = composed_mu(multipliers)
+    interval = pld_discretization(mu) if discretization is None else discretization
+    if interval is None:
+        return analytic_gaussian_epsilon(mu, delta)
+    try:
+        acc = pld.PLDAccountant(value_discretization_interval=interval)
+        acc.compose(_dp_event(releases))
+        eps = float(acc.get_epsilon(delta))
+    except (MemoryError, OverflowError, FloatingPointError):
+        return analytic_gaussian_epsilon(mu, delta)
+    return eps if math.isfinite(eps) else analytic_gaussian_epsilon(mu, delta)
+
+
+def pld_fallback_note(releases) -> str | None:
+    """A note when :func:`pld_epsilon` reports the analytic eps of these releases instead of the PLD's."""
+    multipliers = _multipliers(releases)
+    if multipliers and pld_discretization(composed_mu(multipliers)) is None:
+        return PLD_FALLBACK_NOTE
+    return None
 
 
 def zcdp_epsilon(releases, delta: float) -> float:
@@ -231,7 +268,9 @@ class PrivacyLedger:
         rel = sorted(self.of_client(client), key=lambda r: r.round)
         rounds = sorted({r.round for r in rel}) if rounds is None else sorted(set(rounds))
         rdp_acc = rdp.RdpAccountant()
-        pld_acc = pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION) if with_pld else None
+        interval = pld_discretization(composed_mu(_multipliers(rel))) if with_pld else None
+        pld_acc = pld.PLDAccountant(value_discretization_interval=interval) if interval is not None else None
+        analytic_pld = with_pld and interval is None  # beyond a bounded PLD: the analytic eps (pld_fallback_note)
         out, done, rho, count = [], 0, 0.0, 0
         for t in rounds:
             new = []
@@ -250,7 +289,8 @@ class PrivacyLedger:
                 client=client, round=t, releases=count, delta=delta, zcdp_rho=rho,
                 eps_zcdp=zcdp_to_dp(rho, delta),
                 eps_rdp=float(rdp_acc.get_epsilon(delta)) if spent else 0.0,
-                eps_pld=None if pld_acc is None else (float(pld_acc.get_epsilon(delta)) if spent else 0.0)))
+                eps_pld=(analytic_gaussian_epsilon(composed_mu(_multipliers(rel[:done])), delta) if analytic_pld
+                         else None if pld_acc is None else (float(pld_acc.get_epsilon(delta)) if spent else 0.0))))
         return out
 
     def under_neighbouring(self, neighbouring: Neighbouring) -> PrivacyLedger:
