@@ -159,6 +159,10 @@ def plot_curve(path: Path, full, pld_points, *, title: str, target: float | None
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.points < 2:
+        print(f"error: --points must be >= 2 (rounds at which the PLD curve is computed), got {args.points}",
+              file=sys.stderr)
+        return 2
     try:
         scenario = scenario_from_args(args)
         ledger, sizes = fdp_admm_ledger(scenario)
@@ -182,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(summaries, sizes, add_remove))
     worst = max(summaries, key=lambda s: s.zcdp_rho)
     print(f"worst client {worst.client}: eps = {worst.eps:.4g} at delta = {delta:g} (tightest accountant)")
+    ok = True
     if p.mode == "total":
         ok = worst.eps <= p.eps
         print(f"budget check: {worst.eps:.6g} {'<=' if ok else '>'} {p.eps:g} "
@@ -198,6 +203,10 @@ def run(args: argparse.Namespace) -> int:
                target=p.eps if p.mode == "total" else None,
                per_round=per_round if per_round is not None and math.isfinite(per_round) else None)
     print(f"plot: {out}")
+    if p.mode == "total" and not ok:
+        print(f"error: worst client {worst.client} spends eps = {worst.eps:.6g} > the total budget {p.eps:g}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

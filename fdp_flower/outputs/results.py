@@ -50,6 +50,55 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class OutputError(ValueError):
+    """An output location that cannot be written; the message is one line naming it."""
+
+
+def check_output_dir(path: str | Path, what: str = "results directory") -> Path:
+    """Create ``path`` (a directory) and prove it writable with a probe file, before any work or
+    release: a file in the way, a parent that is a file, no permission or no space is an
+    :class:`OutputError` naming the path."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{what} {path}: exists and is not a directory")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise OutputError(f"{what} {path}: {parent} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".fdp-flower-probe-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"{what} {path}: not writable ({exc.strerror or exc})") from None
+    return path
+
+
+def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
+    """After writing ``out_dir`` failed: keep the ledger of what was released and a checkpoint in a
+    new temporary directory; returns the one line saying where (and why)."""
+    from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
+
+    rescue = Path(tempfile.mkdtemp(prefix="fdp-flower-rescue-"))
+    kept = []
+    try:
+        write_csv(rescue / "ledger.csv", result.ledger.to_rows())
+        kept.append("ledger.csv")
+        write_checkpoint(rescue / CHECKPOINT_NAME, Checkpoint(result.scenario, result.state, result.ledger,
+                                                             result.history, result.failures, engine=result.engine))
+        kept.append(CHECKPOINT_NAME)
+    except OSError:
+        pass
+    reason = exc.strerror or str(exc)
+    return (f"cannot write results to {out_dir} ({reason}); kept {' and '.join(kept) or 'nothing'} in {rescue}"
+            + (f" (resume: fdp-flower run --resume {rescue})" if CHECKPOINT_NAME in kept else ""))
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     keys: list[str] = []
     for row in rows:
@@ -120,7 +169,7 @@ def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:
     return rows
 
 
-def summarize(result) -> dict:
+def summarize(result, privacy: dict | None = None) -> dict:
     sc = result.scenario
     final = result.history[-1] if result.history else {}
     summary = {
@@ -132,10 +181,10 @@ def summarize(result) -> dict:
         "final_estimate_w": result.state.estimate(sc.algorithm.estimator.kind).tolist(),
         "sample_sizes": result.sample_sizes,
         "clipped_rows": result.clipped_rows,
-        "privacy": privacy_report(result.ledger, sc.privacy.delta),
+        "privacy": privacy if privacy is not None else privacy_report(result.ledger, sc.privacy.delta),
     }
     sites = getattr(result, "site_reports", None) or {}
-    if sites:
+    if sites and privacy is None:
         summary["privacy"]["sites"] = site_report_rows(sites, result.ledger)
     failures = getattr(result, "failures", None) or []
     if failures:
@@ -156,7 +205,6 @@ def write_results(result, out_dir: str | Path) -> Path:
     write_csv(out / "history.csv", result.history)
     write_csv(out / "ledger.csv", result.ledger.to_rows())
     write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []])
-    _atomic_write_text(out / "summary.json", json.dumps(summarize(result), indent=2))
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:
         arrays.update({f"basis_{k}": v for k, v in result.basis.to_arrays().items()})
@@ -167,5 +215,12 @@ def write_results(result, out_dir: str | Path) -> Path:
         arrays["beta_hat"] = result.basis.function(coef)
         arrays["intercept"] = np.asarray(intercept)
     np.savez(out / "final.npz", **arrays)
+    try:
+        summary = summarize(result)
+    except (ArithmeticError, MemoryError, ValueError) as exc:  # the files above are written whatever happens here
+        log.warning("privacy summary failed (%s); ledger.csv holds every release", exc)
+        summary = summarize(result, privacy={"private": bool(result.ledger.releases),
+                                             "error": f"accountant failed: {type(exc).__name__}: {exc}"})
+    _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     log.info("results written to %s", out.resolve())
     return out
