@@ -135,7 +135,9 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
         raise ScenarioError("--engine flower needs a scenario file (or --resume)")
     else:
         scenario, resume = load_scenario(args.scenario, args.set), None  # fail here, not in the ServerApp
-    results = Path(args.out or scenario.output.dir)
+    from fdp_flower.outputs.results import check_output_dir
+
+    results = check_output_dir(args.out or scenario.output.dir)  # before the SuperLink starts
     print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower; equivalent command on a running "
           f"SuperLink: {flower_command(scenario_path, args.set, resume)}", flush=True)
     try:
