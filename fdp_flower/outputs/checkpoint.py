@@ -95,7 +95,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read a checkpoint written by :func:`write_checkpoint` (file or results directory)."""
     path = resolve_checkpoint_path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:  # closed even when corrupt
             meta = json.loads(bytes(data["meta"]).decode())
             state = FDPADMMState.from_arrays({k[len("state_"):]: data[k] for k in data.files
                                               if k.startswith("state_")})

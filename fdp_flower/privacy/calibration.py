@@ -113,8 +113,9 @@ def composed_mu(noise_multipliers: Sequence[float]) -> float:
 def target_mu(eps: float, delta: float) -> float:
     """mu of the Gaussian whose exact eps at ``delta`` is ``eps`` (inf when not computable)."""
     try:
-        sigma = float(dp_accounting.get_sigma_gaussian(eps, delta))
-    except (ValueError, OverflowError, ArithmeticError):
+        with np.errstate(all="ignore"):
+            sigma = float(dp_accounting.get_sigma_gaussian(eps, delta))
+    except (ValueError, OverflowError, ArithmeticError, RuntimeError):  # RuntimeError: no convergence
         return math.inf
     return 1.0 / sigma if sigma > 0 and math.isfinite(sigma) else math.inf
 
@@ -141,7 +142,7 @@ def analytic_gaussian_epsilon(mu: float, delta: float) -> float:
                 eps = float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
             if math.isfinite(eps) and eps >= 0:
                 return eps
-        except (ValueError, OverflowError, ArithmeticError):
+        except (ValueError, OverflowError, ArithmeticError, RuntimeError):  # RuntimeError: no convergence
             pass
     with np.errstate(over="ignore"):
         rho = float(np.float64(mu) ** 2 / 2)

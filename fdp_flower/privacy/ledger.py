@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import dp_accounting
+import numpy as np
 from dp_accounting import pld, rdp
 
 from fdp_flower.privacy.calibration import (
@@ -148,9 +149,10 @@ def rdp_epsilon(releases, delta: float) -> float:
     if not _multipliers(releases):
         return 0.0
     try:
-        acc = rdp.RdpAccountant()
-        acc.compose(_dp_event(releases))
-        eps = float(acc.get_epsilon(delta))
+        with np.errstate(all="ignore"):  # tiny multipliers overflow some orders; the answer is checked below
+            acc = rdp.RdpAccountant()
+            acc.compose(_dp_event(releases))
+            eps = float(acc.get_epsilon(delta))
     except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError):
         eps = math.nan
     # noise so small that the RDP orders overflow: the zCDP bound, which RDP only tightens
@@ -187,6 +189,18 @@ def pld_fallback_note(releases) -> str | None:
     if multipliers and pld_discretization(composed_mu(multipliers)) is None:
         return PLD_FALLBACK_NOTE
     return None
+
+
+def _quiet(fn, *args) -> float:
+    with np.errstate(all="ignore"):
+        try:
+            return float(fn(*args))
+        except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError):
+            return math.nan
+
+
+def _finite_or(value: float, fallback: float) -> float:
+    return value if math.isfinite(value) else fallback
 
 
 def zcdp_epsilon(releases, delta: float) -> float:
@@ -279,7 +293,8 @@ class PrivacyLedger:
                 done += 1
             if _multipliers(new):
                 event = _dp_event(new)
-                rdp_acc.compose(event)
+                with np.errstate(all="ignore"):
+                    rdp_acc.compose(event)
                 if pld_acc is not None:
                     pld_acc.compose(event)
             rho += float(sum(r.zcdp_rho for r in new))
@@ -288,7 +303,7 @@ class PrivacyLedger:
             out.append(PrivacySummary(
                 client=client, round=t, releases=count, delta=delta, zcdp_rho=rho,
                 eps_zcdp=zcdp_to_dp(rho, delta),
-                eps_rdp=float(rdp_acc.get_epsilon(delta)) if spent else 0.0,
+                eps_rdp=_finite_or(_quiet(rdp_acc.get_epsilon, delta), zcdp_to_dp(rho, delta)) if spent else 0.0,
                 eps_pld=(analytic_gaussian_epsilon(composed_mu(_multipliers(rel[:done])), delta) if analytic_pld
                          else None if pld_acc is None else (float(pld_acc.get_epsilon(delta)) if spent else 0.0))))
         return out
