@@ -1,4 +1,4 @@
-"""FDP-ADMM client worker: one local step on the client's own data (spec section 1, step 1).
+"""FDP-ADMM client worker: one local step on the client's own data (docs/algorithms.md, eq. (1.2)).
 
 Pure function of (scenario, partition, message contents): the client keeps no
 state between rounds.  Noise is calibrated and added here, on the client, from

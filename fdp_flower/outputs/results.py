@@ -23,6 +23,9 @@ from fdp_flower.privacy import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
+#: the columns of ``ledger.csv`` (:meth:`fdp_flower.privacy.PrivacyLedger.to_rows`), also when it is empty
+LEDGER_COLUMNS = ("client", "round", "sensitivity", "sigma", "neighbouring", "mechanism")
+
 
 @dataclass
 class RunResult:
@@ -87,7 +90,7 @@ def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
     rescue = Path(tempfile.mkdtemp(prefix="fdp-flower-rescue-"))
     kept = []
     try:
-        write_csv(rescue / "ledger.csv", result.ledger.to_rows())
+        write_csv(rescue / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
         kept.append("ledger.csv")
         write_checkpoint(rescue / CHECKPOINT_NAME, Checkpoint(result.scenario, result.state, result.ledger,
                                                              result.history, result.failures, engine=result.engine))
@@ -99,8 +102,9 @@ def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
             + (f" (resume: fdp-flower run --resume {rescue})" if CHECKPOINT_NAME in kept else ""))
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    keys: list[str] = []
+def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = ()) -> None:
+    """Rows as CSV; ``columns`` come first and make the header of a file with no rows."""
+    keys: list[str] = list(columns)
     for row in rows:
         keys += [k for k in row if k not in keys]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,8 +207,9 @@ def write_results(result, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write_text(out / "scenario.yaml", scenario_to_yaml(result.scenario))
     write_csv(out / "history.csv", result.history)
-    write_csv(out / "ledger.csv", result.ledger.to_rows())
-    write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []])
+    write_csv(out / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
+    write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []],
+              FailureRecord.COLUMNS)
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:
         arrays.update({f"basis_{k}": v for k, v in result.basis.to_arrays().items()})

@@ -47,12 +47,18 @@ from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.outputs.results import RunResult, check_output_dir, rescue_run, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.common import FederationError, run_results_dir, site_report, wait_for_nodes
+from fdp_flower.strategies.common import (
+    FederationError,
+    round_metrics,
+    run_results_dir,
+    site_report,
+    wait_for_nodes,
+)
 from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
 class FDPADMMStrategy(Strategy):
-    """Server side of FDP-ADMM / F-ADMM (paper 000; spec section 1, step 2).
+    """Server side of FDP-ADMM / F-ADMM (Zhou & Xiang 2022; docs/algorithms.md, eqs. (1.4)-(1.5)).
 
     Parameters
     ----------
@@ -350,13 +356,22 @@ class FDPADMMStrategy(Strategy):
             row.update(privacy_columns(self.ledger, self.scenario.privacy.delta))
         row["failed_clients"] = int(self.num_clients - replied.sum())
         self.history.append(row)
-        if server_round % self.scenario.output.log_every == 0 or server_round == self.scenario.algorithm.rounds:
-            log(INFO, "round %d: %s", server_round,
-                ", ".join(f"{k}={v:.5g}" for k, v in row.items() if k != "round"))
         if self.on_round is not None:
             self.on_round(self)
-        return pack_arrays(global_w=self.state.global_w), MetricRecord(
-            {k: float(v) for k, v in row.items() if np.isfinite(v)})
+        return pack_arrays(global_w=self.state.global_w), None  # metrics: server-side, see evaluate_fn
+
+    def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Flower's server-side evaluation (``Strategy.start(evaluate_fn=...)``): round ``server_round``'s
+        row of the history (MISE, objective, privacy spent; computed in :meth:`aggregate_train`), every
+        ``output.log_every`` rounds and at the last round; round 0: the metrics of the initial state."""
+        server_round += self.round_offset
+        if server_round == self.round_offset:
+            if self.round_offset or self.evaluate_state is None:
+                return round_metrics(self.history, server_round)
+            return round_metrics([{"round": 0, **self.evaluate_state(self.state)}], 0)
+        if server_round % self.scenario.output.log_every and server_round != self.scenario.algorithm.rounds:
+            return None
+        return round_metrics(self.history, server_round)
 
     def _client_of_node(self, node: int) -> int | None:
         clients = [c for c, n in self.node_of_client.items() if n == node]
@@ -438,7 +453,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                 connected, scenario.federation.num_clients)
         if rounds_left > 0:
             strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=strategy.state.global_w),
-                           num_rounds=rounds_left, timeout=scenario.faults.reply_timeout)
+                           num_rounds=rounds_left, timeout=scenario.faults.reply_timeout,
+                           evaluate_fn=strategy.evaluate_fn)
     except FederationError as exc:
         stop_reason = f"stopped: {exc}"
         log(ERROR, "run stopped early: %s", exc)
