@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -11,21 +12,19 @@ from fdp_flower.config.base import ScenarioError
 def _run_other_family(args: argparse.Namespace) -> int | None:
     """`fdp-flower run` for peer-to-peer and gradient-ADMM scenarios (in process); None for FDP-ADMM."""
     import json
-    from pathlib import Path
 
     import numpy as np
-    import yaml
 
     from fdp_flower.algorithms.registry import family_of
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import LEDGER_COLUMNS, privacy_headline, privacy_section, write_csv
+    from fdp_flower.outputs.results import LEDGER_COLUMNS, check_output_dir, privacy_headline, privacy_section, write_csv
 
     if not args.scenario or args.resume:
         return None
-    try:
-        kind = ((yaml.safe_load(Path(args.scenario).read_text()) or {}).get("algorithm") or {}).get("kind", "fdp_admm")
-    except (OSError, yaml.YAMLError, AttributeError):
-        return None  # the FDP-ADMM loader reports the problem in one line
+    from fdp_flower.config.base import read_yaml_file
+
+    section = read_yaml_file(args.scenario).get("algorithm")  # a bad file: one line naming it
+    kind = section.get("kind", "fdp_admm") if isinstance(section, dict) else "fdp_admm"
     for override in args.set:
         if override.startswith("algorithm.kind="):
             kind = override.split("=", 1)[1].strip()
@@ -35,8 +34,7 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
     from fdp_flower.algorithms.registry import load_any_scenario
 
     scenario = load_any_scenario(args.scenario, args.set)
-    out = Path(args.out or f"{scenario.output.dir}/{scenario.name}")
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(args.out or f"{scenario.output.dir}/{scenario.name}")
     (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
     if family == "p2p":
         from fdp_flower.engines.p2p import run_scenario, summarize
@@ -82,7 +80,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fdp_flower.config.base import apply_overrides
     from fdp_flower.engines.inprocess import run_fdp_admm
     from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, read_checkpoint, resolve_checkpoint_path
-    from fdp_flower.outputs.results import privacy_headline, summarize, write_results
+    from fdp_flower.outputs.results import check_output_dir, privacy_headline, rescue_run, write_results
 
     resume = None
     if args.resume:
@@ -100,6 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         raise ScenarioError("fdp-flower run: give a scenario file or --resume <checkpoint or results dir>")
     rounds = scenario.algorithm.rounds
+    check_output_dir(out_dir)  # before the first release, not after training
 
     def progress(round_: int, row: dict) -> None:
         if round_ % max(1, rounds // 20) == 0 or round_ == rounds:
@@ -111,8 +110,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = run_fdp_admm(scenario, progress=progress, resume=resume,
                           checkpoint_path=f"{out_dir}/{CHECKPOINT_NAME}",
                           resume_journal=journal_path(resolve_checkpoint_path(args.resume)) if resume else None)
-    out = write_results(result, out_dir)
-    summary = summarize(result)
+    try:
+        out = write_results(result, out_dir)
+    except OSError as exc:  # a full disk or a directory removed during the run: keep what was released
+        print(f"error: {rescue_run(result, out_dir, exc)}", file=sys.stderr)
+        return 1
+    summary = json.loads((out / "summary.json").read_text())
     if result.stop_reason != "completed":
         print(f"run {result.stop_reason}")
     if result.failures:
@@ -122,6 +125,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"final MISE ({scenario.algorithm.estimator.kind}) = {mise:.5f}" if mise is not None else
           f"final objective = {summary['final'].get('objective', float('nan')):.5g} (no true beta: no MISE)")
     print(privacy_headline(summary["privacy"]))
+    if summary["privacy"].get("note"):
+        print(f"note: {summary['privacy']['note']}")
     print(f"results: {out}")
     return 0
 
@@ -172,12 +177,32 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.func(args) or 0)
-    except ScenarioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except ValueError as exc:  # ScenarioError, DataValidationError, NodeDataError, CheckpointError, ...
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)" + (f"; {_INTERRUPT_NOTE[args.command]}" if args.command in _INTERRUPT_NOTE
+                                         else ""), file=sys.stderr)
+        return 130
+    except MemoryError:
+        print(f"error: fdp-flower {args.command}: out of memory (reduce data.n_samples, data.grid_points or "
+              "federation.num_clients)", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a file that cannot be read or written
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"error: {where}{exc.strerror or _one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+#: what a Ctrl-C leaves behind, per subcommand
+_INTERRUPT_NOTE = {
+    "run": "checkpoints written so far are kept (fdp-flower run --resume <results dir>)",
+    "sweep": "finished configurations are kept; continue with fdp-flower sweep --resume <sweep file>",
+}
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

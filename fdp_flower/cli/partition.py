@@ -11,8 +11,17 @@ import argparse
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
+    from fdp_flower.config.base import ScenarioError
     from fdp_flower.functional.node_files import load_dataset, partition, write_partitions
+    from fdp_flower.outputs.results import check_output_dir
 
+    for flag, value, least in (("--nodes", args.nodes, 1), ("--grid-points", args.grid_points, 3),
+                               ("--n-samples", args.n_samples, 1)):
+        if value < least:  # node files need >= 3 grid points (the loader's rule)
+            raise ScenarioError(f"partition: {flag} must be >= {least}, got {value}")
+    if not 0 < args.tau < 1:
+        raise ScenarioError(f"partition: --tau must be in (0, 1), got {args.tau}")
+    check_output_dir(args.out, "--out")
     data = load_dataset(args.dataset, seed=args.seed, n_samples=args.n_samples, tau=args.tau,
                         grid_points=args.grid_points)
     parts = partition(data, args.nodes, shuffle_seed=args.shuffle_seed)

@@ -159,6 +159,10 @@ def plot_curve(path: Path, full, pld_points, *, title: str, target: float | None
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.points < 2:
+        print(f"error: --points must be >= 2 (rounds at which the PLD curve is computed), got {args.points}",
+              file=sys.stderr)
+        return 2
     try:
         scenario = scenario_from_args(args)
         ledger, sizes = fdp_admm_ledger(scenario)
@@ -184,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     headline, accountant = (worst.eps_pld, "PLD") if worst.eps_pld is not None else (worst.eps_rdp, "RDP")
     print(f"worst client {worst.client}: eps = {headline:.4g} at delta = {delta:g} "
           f"({accountant}, replace-one neighbours)")
+    ok = True
     if p.mode == "total":
         ok = headline <= p.eps
         print(f"budget check: {headline:.6g} {'<=' if ok else '>'} {p.eps:g} "
@@ -200,6 +205,10 @@ def run(args: argparse.Namespace) -> int:
                target=p.eps if p.mode == "total" else None,
                per_round=per_round if per_round is not None and math.isfinite(per_round) else None)
     print(f"plot: {out}")
+    if p.mode == "total" and not ok:
+        print(f"error: worst client {worst.client} spends eps = {worst.eps:.6g} > the total budget {p.eps:g}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

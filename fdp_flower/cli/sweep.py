@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from fdp_flower.config.base import ScenarioError
+
 
 def flower_command(scenario_path: str, overrides: list[str], resume: str | None = None,
                    typed: dict | None = None, results: Path | None = None, supernodes: int | None = None) -> str:
@@ -28,7 +30,10 @@ def flower_command(scenario_path: str, overrides: list[str], resume: str | None 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fdp_flower.engines.sweep import load_sweep, run_sweep, write_sweep_results
+    from fdp_flower.outputs.results import check_output_dir
 
+    if args.workers is not None and args.workers < 1:
+        raise ScenarioError(f"sweep: --workers must be >= 1, got {args.workers}")
     spec = load_sweep(args.sweep, args.set)
     runs = len(spec.configs) * spec.sweep.repetitions
     print(f"{spec.source}: {len(spec.configs)} configurations x {spec.sweep.repetitions} repetitions = "
@@ -37,9 +42,21 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         for i, (labels, _) in enumerate(spec.configs):
             print(f"  config {i}: " + (", ".join(f"{k}={v}" for k, v in labels.items()) or "base"))
         return 0
-    result = run_sweep(spec, workers=args.workers, progress=not args.no_progress)
-    out = write_sweep_results(result, args.out or f"{spec.base.output.dir}/{spec.base.name}",
-                              plots=not args.no_plots)
+    out_dir = check_output_dir(args.out or f"{spec.base.output.dir}/{spec.base.name}")
+    try:
+        result = run_sweep(spec, workers=args.workers, progress=not args.no_progress, out_dir=out_dir,
+                           resume=args.resume)
+    except KeyboardInterrupt:
+        from fdp_flower.engines.sweep import PARTIAL_NAME
+
+        partial = out_dir / PARTIAL_NAME
+        kept = len(partial.read_text().splitlines()) if partial.is_file() else 0
+        again = " ".join(["fdp-flower sweep", shlex.quote(args.sweep), *(f"--set {shlex.quote(o)}" for o in args.set),
+                          *(["--out", shlex.quote(args.out)] if args.out else []), "--resume"])
+        print(f"interrupted (Ctrl-C): {kept} of {runs} runs kept in {partial}; continue with: {again}",
+              file=sys.stderr)
+        return 130
+    out = write_sweep_results(result, out_dir, plots=not args.no_plots)
     print(f"{runs} runs in {result.elapsed_seconds:.1f} s with {result.workers} worker(s); results: {out}")
     if spec.sweep.paper_table:
         from fdp_flower.outputs.report import report
@@ -54,8 +71,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from fdp_flower.outputs.report import report
 
-    text, _ = report(args.results)
+    from fdp_flower.outputs.results import OutputError
+
     out = Path(args.out) if args.out else Path(args.results) / "report.md"
+    if out.is_dir():
+        raise OutputError(f"report --out {out}: is a directory, give a Markdown file name")
+    if not out.parent.is_dir():
+        raise OutputError(f"report --out {out}: {out.parent} is not a directory")
+    text, _ = report(args.results)
     out.write_text(text)
     print(text)
     print(f"written to {out}")
@@ -72,6 +95,9 @@ def _register_commands(sub) -> None:
     sweep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and exit")
+    sweep.add_argument("--resume", action="store_true",
+                       help="continue an interrupted sweep: reuse the runs finished in its results directory "
+                            "(same file, --set and --out) and run the rest")
     sweep.set_defaults(func=_cmd_sweep)
     rep = sub.add_parser("report", help="Markdown tables of a sweep's results (paper layout for paper tables)")
     rep.add_argument("results", help="results directory written by `fdp-flower sweep`")
@@ -130,7 +156,11 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
         if args.resume:
             check_resumable(checkpoint, scenario)
             print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
-        results = Path(args.out or run_config.pop("results-dir", None) or scenario.output.dir).resolve()
+        from fdp_flower.outputs.results import check_output_dir
+
+        # checked before the SuperLink starts (and before the first release)
+        results = check_output_dir(Path(args.out or run_config.pop("results-dir", None)
+                                        or scenario.output.dir).resolve())
         # A resumed simulated run names each client in its messages (the server cannot tell a node's
         # partition from a first reply once the duals are non-zero); a simulated SuperNode accepts a
         # name only when there are fewer SuperNodes than clients, so a resumed run uses one by default.

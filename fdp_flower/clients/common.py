@@ -31,3 +31,10 @@ def node_partition(context: Context, scenario, named: int | None = None) -> int:
     if not 0 <= partition < num_partitions:
         raise ValueError(f"partition-id {partition} outside [0, {num_partitions})")
     return partition
+
+
+def partition_data_error(partition: int, exc: ValueError) -> ValueError:
+    """A data error on a node, prefixed with its partition id: the server's log and failures.csv
+    know a node by its node id only, the operator knows it by its partition."""
+    message = str(exc)
+    return ValueError(message if message.startswith(f"partition {partition}:") else f"partition {partition}: {message}")

@@ -25,7 +25,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     primal_release,
 )
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
-from fdp_flower.clients.common import node_partition
+from fdp_flower.clients.common import node_partition, partition_data_error
 from fdp_flower.clients.site import SiteSession, names_own_data
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.privacy import GaussianRelease
@@ -93,8 +93,12 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     site.admit(scenario.privacy.enabled, "FDP-ADMM primal releases")
     arrays = unpack_arrays(msg.content["arrays"])
     basis = FunctionalBasis.from_arrays({k[len("basis_"):]: v for k, v in arrays.items() if k.startswith("basis_")})
+    try:
+        data = load_partition(scenario, partition, context.node_config.get("data-path") or None)
+    except ValueError as exc:
+        raise partition_data_error(partition, exc) from None
     reply = fdp_admm_client_update(
-        scenario, partition, load_partition(scenario, partition, context.node_config.get("data-path") or None), basis,
+        scenario, partition, data, basis,
         global_w=arrays["global_w"], dual=arrays["dual"], noisy_primal=arrays["noisy_primal"],
         round_=int(config["round"]), noise=site.noise_for)
     metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,

@@ -14,7 +14,7 @@ import warnings
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import data_source, grid_of, load_partition
-from fdp_flower.clients.common import node_partition
+from fdp_flower.clients.common import node_partition, partition_data_error
 from fdp_flower.clients.site import SiteSession, names_own_data
 from fdp_flower.functional import federated_fpca
 from fdp_flower.functional.bases import basis_kind
@@ -46,8 +46,11 @@ def handle_node_setup_query(msg: Message, context: Context, scenario: Scenario) 
     # fingerprint with the scenario's and names the nodes that differ.
     from fdp_flower.functional.node_files import read_node_file
 
-    path = source.path_of(partition, node_data_path(context))
-    raw = read_node_file(path)
+    try:
+        path = source.path_of(partition, node_data_path(context))
+        raw = read_node_file(path)
+    except ValueError as exc:
+        raise partition_data_error(partition, exc) from None
     metrics = {"partition-id": partition, "num-examples": raw.n_samples, "grid-digest": grid_digest(raw.grid),
                "grid-points": int(raw.grid.size), "grid-start": float(raw.grid[0]), "grid-stop": float(raw.grid[-1])}
     arrays = ArrayRecord()

@@ -103,17 +103,51 @@ def _split_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a key given twice in one mapping (YAML 1.2 forbids it; PyYAML
+    silently keeps the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the base constructor reports it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_file(path: str | Path, what: str = "scenario") -> dict[str, Any]:
-    """The mapping in a YAML file; a missing file or invalid YAML is a one-line :class:`ScenarioError`."""
+    """The mapping in a YAML file; a missing, empty, non-text or non-mapping file, invalid YAML or a
+    duplicate key is a one-line :class:`ScenarioError` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise ScenarioError(f"{path}: {what} file not found")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8-sig")  # a byte-order mark, as editors save it, is fine
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not a UTF-8 text file (byte {exc.start}: {exc.reason}); save the "
+                            f"{what} as UTF-8 YAML") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read the {what} file ({exc.strerror or exc})") from None
+    if "\x00" in text:
+        raise ScenarioError(f"{path}: not a text file (it holds NUL bytes); save the {what} as UTF-8 YAML")
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ScenarioError(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if data is None:
+        raise ScenarioError(f"{path}: the {what} file is empty (write at least one section, e.g. "
+                            f"'name: my-run'; see scenarios/)")
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a {what} must be a mapping of sections, got a {type(data).__name__}")
     return data
 
 

@@ -180,5 +180,8 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
 def _checkpoint(path, result: RunResult) -> None:
     from fdp_flower.outputs.checkpoint import Checkpoint, write_checkpoint
 
-    write_checkpoint(path, Checkpoint(result.scenario, result.state, result.ledger, result.history,
-                                      result.failures, engine=result.engine))
+    try:
+        write_checkpoint(path, Checkpoint(result.scenario, result.state, result.ledger, result.history,
+                                          result.failures, engine=result.engine))
+    except OSError as exc:  # the run goes on; writing its results reports (and rescues) what is lost
+        log.warning("checkpoint %s not written (%s)", path, exc.strerror or exc)

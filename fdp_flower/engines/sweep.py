@@ -209,36 +209,101 @@ def _run_unit(unit: list[Scenario], engine: str, history: bool,
     return out
 
 
+#: Finished runs of a sweep, one JSON line each, appended as they complete (``--resume`` reads it).
+PARTIAL_NAME = "runs.partial.jsonl"
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops the pool), not each worker's."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _PartialRuns:
+    """The append-only file of finished runs in a sweep's results directory.
+
+    Each line is ``{"run": index, "final": {...}, "history": {column: [...]}}``; a line cut by a
+    crash is ignored.  ``sweep.yaml`` next to it identifies the sweep, so a resume of another
+    sweep is refused.
+    """
+
+    def __init__(self, out_dir: str | Path, spec: SweepSpec, resume: bool):
+        self.dir = Path(out_dir)
+        self.path = self.dir / PARTIAL_NAME
+        spec_text = sweep_to_yaml(spec)
+        self.done: dict[int, tuple[dict, dict]] = {}
+        if resume:
+            previous = self.dir / "sweep.yaml"
+            if not previous.is_file():
+                raise ScenarioError(f"sweep --resume: {self.dir} holds no sweep to continue (no sweep.yaml)")
+            if previous.read_text() != spec_text:
+                raise ScenarioError(f"sweep --resume: {previous} is another sweep (fields or --set differ); "
+                                    "resume with the same file and overrides, or drop --resume")
+            if self.path.is_file():
+                for line in self.path.read_text().splitlines():
+                    try:
+                        row = json.loads(line)
+                        self.done[int(row["run"])] = (dict(row["final"]),
+                                                      {k: np.asarray(v, dtype=float) for k, v in row["history"].items()})
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a line cut by an interruption
+        else:
+            self.path.unlink(missing_ok=True)
+        (self.dir / "sweep.yaml").write_text(spec_text)
+
+    def add(self, indices, results) -> None:
+        with open(self.path, "a") as fh:
+            for idx, (final, cols) in zip(indices, results):
+                fh.write(json.dumps({"run": int(idx), "final": final,
+                                     "history": {k: np.asarray(v, dtype=float).tolist() for k, v in cols.items()}})
+                         + "\n")
+                self.done[int(idx)] = (final, cols)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
 def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = True,
-              callback: Callable[[int], None] | None = None) -> SweepResult:
+              callback: Callable[[int], None] | None = None, out_dir: str | Path | None = None,
+              resume: bool = False) -> SweepResult:
     """Run every configuration x repetition.  Deterministic: the results depend only on the
-    spec (seeds), not on ``workers``."""
+    spec (seeds), not on ``workers``.
+
+    ``out_dir``: every finished run is appended to ``<out_dir>/runs.partial.jsonl`` as it
+    completes, so an interrupted sweep keeps them; ``resume=True`` reuses them (same sweep only)
+    and runs the rest.
+    """
     from fdp_flower.engines.batched import data_key
 
     t0 = time.perf_counter()
     runs = spec.runs()
+    store = None if out_dir is None else _PartialRuns(out_dir, spec, resume)
     units: dict[str, list[int]] = {}
     for idx, (_, _, sc) in enumerate(runs):
         key = data_key(sc) if spec.sweep.engine == "batched" else str(idx)
         units.setdefault(key, []).append(idx)
-    groups = list(units.values())
-    n_workers = workers or spec.sweep.workers or min(os.cpu_count() or 1, len(groups))
-    n_workers = max(1, min(n_workers, len(groups)))
+    outputs: dict[int, tuple[dict, dict]] = {}
+    if store is not None and store.done:
+        outputs.update({i: res for i, res in store.done.items() if 0 <= i < len(runs)})
+    groups = [g for g in units.values() if not all(i in outputs for i in g)]
+    n_workers = workers or spec.sweep.workers or min(os.cpu_count() or 1, max(1, len(groups)))
+    n_workers = max(1, min(n_workers, max(1, len(groups))))
     # a few tasks per worker: each task runs several data groups (repetitions) so that the
     # noise plans are computed once per task, and the progress bar still moves
     per_task = max(1, math.ceil(len(groups) / (10 * n_workers))) if n_workers > 1 else 1
     unit_list = [list(itertools.chain.from_iterable(groups[i:i + per_task]))
                  for i in range(0, len(groups), per_task)]
-    outputs: dict[int, tuple[dict, dict]] = {}
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(runs), desc=spec.base.name, unit="run", dynamic_ncols=True)
+        bar = tqdm(total=len(runs), initial=len(outputs), desc=spec.base.name, unit="run", dynamic_ncols=True)
 
     def collect(indices, results):
         for idx, res in zip(indices, results):
             outputs[idx] = res
+        if store is not None:
+            store.add(indices, results)
         if bar is not None:
             bar.update(len(indices))
         if callback is not None:
@@ -251,11 +316,20 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
             collect(indices, _run_unit([runs[i][2] for i in indices], spec.sweep.engine, spec.sweep.history,
                                        cache))
     else:
-        with ProcessPoolExecutor(max_workers=n_workers) as pool:
-            futures = [(indices, pool.submit(_run_unit, [runs[i][2] for i in indices], spec.sweep.engine,
-                                             spec.sweep.history)) for indices in unit_list]
-            for indices, fut in futures:
-                collect(indices, fut.result())
+        from concurrent.futures import as_completed
+
+        pool = ProcessPoolExecutor(max_workers=n_workers, initializer=_ignore_sigint)
+        try:
+            futures = {pool.submit(_run_unit, [runs[i][2] for i in indices], spec.sweep.engine,
+                                   spec.sweep.history): indices for indices in unit_list}
+            for fut in as_completed(futures):  # kept as each unit finishes, in any order
+                collect(futures[fut], fut.result())
+        except BaseException:  # Ctrl-C or a failed unit: stop the workers now, keep what finished
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     if bar is not None:
         bar.close()
     rows, hist_parts = [], {}
@@ -315,6 +389,7 @@ def write_sweep_results(result: SweepResult, out_dir: str | Path, *, plots: bool
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.yaml").write_text(sweep_to_yaml(result.spec))
     write_csv(out / "runs.csv", result.runs)
+    (out / PARTIAL_NAME).unlink(missing_ok=True)  # runs.csv now holds every run
     hist_rows = []
     for c, cols in sorted(result.histories.items()):
         n_rounds = next(iter(cols.values())).shape[1]

@@ -104,7 +104,15 @@ class FunctionalBasis:
     def scores(self, curves: np.ndarray) -> np.ndarray:
         """(n, K) scores a_jk = int (X_j - mean) phi_k of curves on ``grid``."""
         curves = _check_curves(curves, self.grid)
-        return ((curves - self.mean) * self.weights) @ self.components.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = ((curves - self.mean) * self.weights) @ self.components.T
+            norms = np.sqrt(np.einsum("ij,ij->i", scores, scores)) if scores.ndim == 2 else scores
+        bad = ~np.isfinite(norms)
+        if np.any(bad):  # finite curves whose scores (or their norms, used by the clip) overflow
+            row = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"the projection of curve {row} on the basis is not finite ({int(bad.sum())} curve(s); "
+                             f"values up to {float(np.max(np.abs(curves))):.3g}): rescale the data")
+        return scores
 
     def function(self, coefficients: np.ndarray) -> np.ndarray:
         """beta_hat(t) = sum_k w_k phi_k(t) on the grid; ``coefficients`` (..., K)."""

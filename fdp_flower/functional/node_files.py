@@ -115,22 +115,27 @@ def _columns_to_data(columns: list[str], values: np.ndarray, source: str) -> tup
 
 
 def _read_csv(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    with open(path, newline="") as fh:
+    # utf-8-sig: spreadsheets save a byte-order mark, which would otherwise be part of the first column's name
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         try:
             header = [h.strip() for h in next(reader)]
+            rows = []
+            for line, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise NodeDataError(f"{path}: line {line} has {len(row)} fields, the header has {len(header)}")
+                try:
+                    rows.append([float(v) if v.strip() else math.nan for v in row])
+                except ValueError:
+                    raise NodeDataError(f"{path}: line {line} has a non-numeric value") from None
         except StopIteration:
             raise NodeDataError(f"{path}: empty file") from None
-        rows = []
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise NodeDataError(f"{path}: line {line} has {len(row)} fields, the header has {len(header)}")
-            try:
-                rows.append([float(v) if v.strip() else math.nan for v in row])
-            except ValueError:
-                raise NodeDataError(f"{path}: line {line} has a non-numeric value") from None
+        except UnicodeDecodeError as exc:
+            raise NodeDataError(f"{path}: not a UTF-8 text file (byte {exc.start}: {exc.reason})") from None
+        except csv.Error as exc:
+            raise NodeDataError(f"{path}: not a readable CSV file ({exc})") from None
     values = np.array(rows, dtype=float).reshape(len(rows), len(header))
     return _columns_to_data(header, values, str(path))
 
@@ -156,12 +161,17 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if missing:
                 raise NodeDataError(f"{path}: missing array(s) {', '.join(missing)} "
                                     f"(has: {', '.join(npz.files) or 'none'})")
-            return (np.asarray(npz["grid"], dtype=float), np.asarray(npz["curves"], dtype=float),
-                    np.asarray(npz["response"], dtype=float))
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:  # a corrupt .npz is a BadZipFile
+            arrays = {k: npz[k] for k in ("grid", "curves", "response")}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a corrupt .npz is a BadZipFile
         if isinstance(exc, NodeDataError):
             raise
         raise NodeDataError(f"{path}: not a readable .npz file ({exc})") from None
+    for name, arr in arrays.items():
+        # a silent cast would drop an imaginary part (complex) or parse text; refuse both
+        if arr.dtype.kind not in "biuf":
+            what = "complex" if arr.dtype.kind == "c" else f"non-numeric ({arr.dtype})"
+            raise NodeDataError(f"{path}: array {name!r} is {what}; curves, response and grid must be real numbers")
+    return tuple(np.asarray(arrays[k], dtype=float) for k in ("grid", "curves", "response"))
 
 
 def npz_grid_and_size(path: str | Path) -> tuple[np.ndarray, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,12 +95,13 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read a checkpoint written by :func:`write_checkpoint` (file or results directory)."""
     path = resolve_checkpoint_path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:  # closed even when corrupt
             meta = json.loads(bytes(data["meta"]).decode())
             state = FDPADMMState.from_arrays({k[len("state_"):]: data[k] for k in data.files
                                               if k.startswith("state_")})
-    except (OSError, KeyError, ValueError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: unreadable checkpoint ({type(exc).__name__})") from None
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        what = "empty" if path.stat().st_size == 0 else "truncated or not a checkpoint"
+        raise CheckpointError(f"{path}: unreadable checkpoint ({what}: {type(exc).__name__})") from None
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
     return Checkpoint(

@@ -53,6 +53,55 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class OutputError(ValueError):
+    """An output location that cannot be written; the message is one line naming it."""
+
+
+def check_output_dir(path: str | Path, what: str = "results directory") -> Path:
+    """Create ``path`` (a directory) and prove it writable with a probe file, before any work or
+    release: a file in the way, a parent that is a file, no permission or no space is an
+    :class:`OutputError` naming the path."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{what} {path}: exists and is not a directory")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise OutputError(f"{what} {path}: {parent} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".fdp-flower-probe-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"{what} {path}: not writable ({exc.strerror or exc})") from None
+    return path
+
+
+def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
+    """After writing ``out_dir`` failed: keep the ledger of what was released and a checkpoint in a
+    new temporary directory; returns the one line saying where (and why)."""
+    from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
+
+    rescue = Path(tempfile.mkdtemp(prefix="fdp-flower-rescue-"))
+    kept = []
+    try:
+        write_csv(rescue / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
+        kept.append("ledger.csv")
+        write_checkpoint(rescue / CHECKPOINT_NAME, Checkpoint(result.scenario, result.state, result.ledger,
+                                                             result.history, result.failures, engine=result.engine))
+        kept.append(CHECKPOINT_NAME)
+    except OSError:
+        pass
+    reason = exc.strerror or str(exc)
+    return (f"cannot write results to {out_dir} ({reason}); kept {' and '.join(kept) or 'nothing'} in {rescue}"
+            + (f" (resume: fdp-flower run --resume {rescue})" if CHECKPOINT_NAME in kept else ""))
+
+
 def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = ()) -> None:
     """Rows as CSV; ``columns`` come first and make the header of a file with no rows."""
     keys: list[str] = list(columns)
@@ -85,7 +134,7 @@ def _clean(value):
 
 #: Keys of the ``privacy`` section of every family's summary.json (:func:`privacy_section`).
 PRIVACY_KEYS = ("private", "accountant", "eps", "delta", "neighbouring", "worst_client", "releases", "eps_rdp",
-                "eps_zcdp", "zcdp_rho", "mode", "eps_budget", "mechanisms", "per_client")
+                "eps_zcdp", "zcdp_rho", "mode", "eps_budget", "mechanisms", "per_client", "note")
 
 NEIGHBOURING_TEXT = {"replace_one": "replace-one", "add_remove": "add/remove"}
 
@@ -99,11 +148,12 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
     ``per_client`` rows carry every client's figures (``eps_pld`` in closed form, equal to the PLD
     accountant's to 1e-7).  ``mode`` / ``eps_budget``: what was asked for (total or per-round eps).
     """
-    from fdp_flower.privacy.ledger import epsilon_of_rho, pld_epsilon
+    from fdp_flower.privacy.ledger import epsilon_of_rho, pld_epsilon, pld_fallback_note
 
     if not ledger.releases:
         return {k: None for k in PRIVACY_KEYS} | {"private": False, "accountant": "pld", "delta": delta,
-                                                  "releases": 0, "mechanisms": [], "per_client": []}
+                                                  "releases": 0, "mechanisms": [], "per_client": [],
+                                                  "note": None}
     relations = sorted({r.neighbouring for r in ledger.releases})
     if len(relations) > 1:
         ledger, relations = ledger.under_neighbouring("replace_one"), ["replace_one"]
@@ -115,7 +165,12 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
             "delta": delta, "neighbouring": relations[0], "worst_client": worst.client, "releases": worst.releases,
             "eps_rdp": worst.eps_rdp, "eps_zcdp": worst.eps_zcdp, "zcdp_rho": worst.zcdp_rho, "mode": mode,
             "eps_budget": eps_budget, "mechanisms": sorted({r.mechanism for r in ledger.releases}),
-            "per_client": rows}
+            "per_client": rows, "note": pld_fallback_note(ledger.of_client(worst.client))}
+
+
+def _format_eps(eps) -> str:
+    """eps for a one-line report (None: not finite, as summary.json stores it)."""
+    return "inf" if eps is None else f"{eps:.4f}" if eps < 1e6 else f"{eps:.4g}"
 
 
 def privacy_headline(section: dict, who: str = "client") -> str:
@@ -126,7 +181,7 @@ def privacy_headline(section: dict, who: str = "client") -> str:
               "per_round": f"; eps = {section['eps_budget']:g} per round"}.get(section.get("mode") or "", "")
     relation = NEIGHBOURING_TEXT.get(section["neighbouring"], section["neighbouring"])
     return (f"privacy spent per {who} (worst {who} {section['worst_client']}, {section['releases']} releases): "
-            f"eps = {section['eps']:.4f} at delta = {section['delta']:g} (PLD accountant, {relation} "
+            f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} (PLD accountant, {relation} "
             f"neighbours{budget})")
 
 
@@ -158,7 +213,7 @@ def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:
     return rows
 
 
-def summarize(result) -> dict:
+def summarize(result, privacy: dict | None = None) -> dict:
     sc = result.scenario
     final = result.history[-1] if result.history else {}
     summary = {
@@ -170,11 +225,12 @@ def summarize(result) -> dict:
         "final_estimate_w": result.state.estimate(sc.algorithm.estimator.kind).tolist(),
         "sample_sizes": result.sample_sizes,
         "clipped_rows": result.clipped_rows,
-        "privacy": privacy_report(result.ledger, sc.privacy.delta, mode=sc.privacy.mode if sc.privacy.enabled
-                                  else None, eps_budget=sc.privacy.eps if sc.privacy.enabled else None),
+        "privacy": privacy if privacy is not None else privacy_report(
+            result.ledger, sc.privacy.delta, mode=sc.privacy.mode if sc.privacy.enabled else None,
+            eps_budget=sc.privacy.eps if sc.privacy.enabled else None),
     }
     sites = getattr(result, "site_reports", None) or {}
-    if sites:
+    if sites and privacy is None:
         summary["privacy"]["sites"] = site_report_rows(sites, result.ledger)
     failures = getattr(result, "failures", None) or []
     if failures:
@@ -196,7 +252,6 @@ def write_results(result, out_dir: str | Path) -> Path:
     write_csv(out / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
     write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []],
               FailureRecord.COLUMNS)
-    _atomic_write_text(out / "summary.json", json.dumps(summarize(result), indent=2))
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:
         arrays.update({f"basis_{k}": v for k, v in result.basis.to_arrays().items()})
@@ -207,5 +262,12 @@ def write_results(result, out_dir: str | Path) -> Path:
         arrays["beta_hat"] = result.basis.function(coef)
         arrays["intercept"] = np.asarray(intercept)
     np.savez(out / "final.npz", **arrays)
+    try:
+        summary = summarize(result)
+    except (ArithmeticError, MemoryError, ValueError) as exc:  # the files above are written whatever happens here
+        log.warning("privacy summary failed (%s); ledger.csv holds every release", exc)
+        summary = summarize(result, privacy={"private": bool(result.ledger.releases),
+                                             "error": f"accountant failed: {type(exc).__name__}: {exc}"})
+    _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     log.info("results written to %s", out.resolve())
     return out

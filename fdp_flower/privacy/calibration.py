@@ -76,9 +76,77 @@ def composed_gaussian_event(noise_multipliers: Sequence[float]) -> dp_accounting
     ])
 
 
-def pld_accountant() -> pld.PLDAccountant:
-    """A fresh PLD accountant with the ledger's discretization."""
-    return pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+def pld_accountant(discretization: float = PLD_DISCRETIZATION) -> pld.PLDAccountant:
+    """A fresh PLD accountant (default: the ledger's discretization for mu <= PLD_FINE_MU)."""
+    return pld.PLDAccountant(value_discretization_interval=discretization)
+
+
+#: A composition of Gaussians with multipliers z_t is one Gaussian with
+#: mu = (sum_t z_t^-2)^(1/2); its privacy loss mu x - mu^2 / 2 spans about mu^2 + 20 mu
+#: (dp_accounting truncates the tails ~10 standard deviations out), so at a fixed interval the
+#: PLD's size, memory and time grow like mu^2 (measured: mu = 10 at 1e-4 takes 10 s and 0.7 GB,
+#: mu = 35 does not finish).  Up to PLD_FINE_MU (eps ~ 10 at delta = 1e-5; every paper table) the
+#: interval is PLD_DISCRETIZATION; above, it grows in powers of two with mu^2 + 20 mu, so a PLD
+#: never holds more points than at mu = PLD_FINE_MU (its pessimism, a few intervals, stays
+#: about 1e-5 relative to eps ~ mu^2 / 2).
+PLD_FINE_MU = 2.0
+_FINE_SPAN = PLD_FINE_MU**2 + 20 * PLD_FINE_MU
+#: Beyond this mu (eps ~ 5e7) the PLD is not built: the analytic eps of the composed Gaussian
+#: (:func:`analytic_gaussian_epsilon`) is reported instead, with :data:`PLD_FALLBACK_NOTE`.
+PLD_MAX_MU = 1.0e4
+PLD_FALLBACK_NOTE = ("eps_pld is the analytic Gaussian eps of the composition (the PLD accountant "
+                     "was not run: noise too small for a bounded discretization)")
+
+
+def composed_mu(noise_multipliers: Sequence[float]) -> float:
+    """mu = (sum_t z_t^-2)^(1/2): the single Gaussian the releases compose into (inf if some z = 0)."""
+    z = np.asarray([float(v) for v in noise_multipliers], dtype=float)
+    z = z[np.isfinite(z)]
+    if z.size == 0:
+        return 0.0
+    if np.any(z <= 0):
+        return math.inf
+    with np.errstate(over="ignore"):
+        return float(np.sqrt(np.sum(z**-2.0)))
+
+
+def target_mu(eps: float, delta: float) -> float:
+    """mu of the Gaussian whose exact eps at ``delta`` is ``eps`` (inf when not computable)."""
+    try:
+        with np.errstate(all="ignore"):
+            sigma = float(dp_accounting.get_sigma_gaussian(eps, delta))
+    except (ValueError, OverflowError, ArithmeticError, RuntimeError):  # RuntimeError: no convergence
+        return math.inf
+    return 1.0 / sigma if sigma > 0 and math.isfinite(sigma) else math.inf
+
+
+def pld_discretization(mu: float) -> float | None:
+    """The PLD value-discretization interval for a composed Gaussian of ``mu`` (see PLD_FINE_MU);
+    None when mu exceeds PLD_MAX_MU or is not finite (use :func:`analytic_gaussian_epsilon`)."""
+    if not (math.isfinite(mu) and mu <= PLD_MAX_MU):
+        return None
+    if mu <= PLD_FINE_MU:
+        return PLD_DISCRETIZATION
+    return PLD_DISCRETIZATION * 2.0 ** math.ceil(math.log2((mu**2 + 20 * mu) / _FINE_SPAN))
+
+
+def analytic_gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact eps of the Gaussian mechanism with mu = Delta / sigma at ``delta`` (Balle & Wang 2018,
+    ``dp_accounting.get_epsilon_gaussian``); where that fails numerically, the zCDP bound
+    rho + 2 sqrt(rho ln(1/delta)), rho = mu^2 / 2 (inf when it overflows)."""
+    if mu == 0:
+        return 0.0
+    if math.isfinite(mu):
+        try:
+            with np.errstate(all="ignore"):
+                eps = float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
+            if math.isfinite(eps) and eps >= 0:
+                return eps
+        except (ValueError, OverflowError, ArithmeticError, RuntimeError):  # RuntimeError: no convergence
+            pass
+    with np.errstate(over="ignore"):
+        rho = float(np.float64(mu) ** 2 / 2)
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta)) if math.isfinite(rho) else math.inf
 
 
 def schedule_multipliers(shape: str, rounds: int, *, ratio: float = 1.0, decay: float = 1.0,
@@ -159,21 +227,29 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
         raise ValueError("fixed_multipliers must be positive and finite")
     n_releases = rel.size + fixed.size
     target = max(eps_total * (1.0 - CALIBRATION_MARGIN) - CALIBRATION_DRIFT * n_releases, eps_total * (1.0 - 1e-3))
-    z_total = dp_accounting.get_sigma_gaussian(target, delta_total)
-    room = z_total**-2.0 - float(np.sum(fixed**-2.0))
+    discretization = pld_discretization(target_mu(eps_total, delta_total))
+    mu = target_mu(target, delta_total)  # the composed Gaussian whose exact eps is the target
+    if not math.isfinite(mu):
+        # where the analytic calibration cannot be solved numerically, through the zCDP bound
+        # mu^2 / 2 + mu sqrt(2 ln(1/delta)) = target, which is at least the exact eps.
+        a = math.sqrt(2 * math.log(1 / delta_total))
+        mu = 2 * target / (a + math.sqrt(a * a + 2 * target))  # = sqrt(a^2 + 2 target) - a, stably
+    room = mu**2 - float(np.sum(fixed**-2.0))
     if fixed.size:
-        spent = pld_accountant()
-        spent.compose(composed_gaussian_event(fixed))
-        if room <= 0 or spent.get_epsilon(delta_total) >= target:
-            raise ValueError(f"the releases with fixed noise alone spend eps = {spent.get_epsilon(delta_total):.4g} "
+        spent = analytic_gaussian_epsilon(composed_mu(fixed), delta_total)
+        if room <= 0 or spent >= target:
+            raise ValueError(f"the releases with fixed noise alone spend eps = {spent:.4g} "
                              f"of the total {eps_total:g} at delta {delta_total:g}: nothing is left for the "
                              "other releases")
     analytic = float(np.sqrt(np.sum(rel**-2.0) / room))
+    if discretization is None:
+        # Beyond a bounded PLD the ledger reports the analytic eps of the composed Gaussian: meet it exactly.
+        return analytic
 
     def calibrate(lo: float, hi: float) -> float:
         return float(dp_accounting.calibrate_dp_mechanism(
-            pld_accountant, lambda c: composed_gaussian_event(np.concatenate([fixed, c * rel])), target,
-            delta_total,
+            lambda: pld_accountant(discretization),
+            lambda c: composed_gaussian_event(np.concatenate([fixed, c * rel])), target, delta_total,
             bracket_interval=dp_accounting.ExplicitBracketInterval(lo * analytic, hi * analytic),
             tol=1e-6 * analytic,
         ))

@@ -20,9 +20,16 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import dp_accounting
+import numpy as np
 from dp_accounting import pld, rdp
 
-from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, composed_gaussian_event
+from fdp_flower.privacy.calibration import (
+    PLD_FALLBACK_NOTE,
+    analytic_gaussian_epsilon,
+    composed_gaussian_event,
+    composed_mu,
+    pld_discretization,
+)
 from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 Neighbouring = Literal["replace_one", "add_remove"]
@@ -85,8 +92,11 @@ class GaussianRelease:
 
     @property
     def zcdp_rho(self) -> float:
-        """Delta^2 / (2 sigma^2)."""
-        return self.sensitivity**2 / (2 * self.sigma**2)
+        """Delta^2 / (2 sigma^2) (inf when it overflows, e.g. sigma ~ 1e-300)."""
+        try:
+            return 0.5 * (self.sensitivity / self.sigma) ** 2
+        except OverflowError:
+            return math.inf
 
     def under(self, neighbouring: Neighbouring) -> GaussianRelease:
         """The same release (same sigma) with the sensitivity of another neighbouring relation.
@@ -144,9 +154,15 @@ def rdp_epsilon(releases, delta: float) -> float:
     """eps of the composed releases by the RDP accountant of ``dp_accounting``."""
     if not _multipliers(releases):
         return 0.0
-    acc = rdp.RdpAccountant()
-    acc.compose(_dp_event(releases))
-    return float(acc.get_epsilon(delta))
+    try:
+        with np.errstate(all="ignore"):  # tiny multipliers overflow some orders; the answer is checked below
+            acc = rdp.RdpAccountant()
+            acc.compose(_dp_event(releases))
+            eps = float(acc.get_epsilon(delta))
+    except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError):
+        eps = math.nan
+    # noise so small that the RDP orders overflow: the zCDP bound, which RDP only tightens
+    return eps if math.isfinite(eps) else zcdp_epsilon(releases, delta)
 
 
 def composed_multiplier(releases) -> float:
@@ -155,20 +171,54 @@ def composed_multiplier(releases) -> float:
     Gaussian mechanisms compose, adaptively, exactly into one Gaussian mechanism with
     mu^2 = sum_t mu_t^2, mu_t = Delta_t / sigma_t (Dong, Roth and Su 2022, Corollary 3.3: the
     Gaussian trade-off functions G_mu1 x G_mu2 = G_sqrt(mu1^2 + mu2^2)); inf without a release."""
-    total = sum(1.0 / z**2 for z in _multipliers(releases))
-    return math.inf if total == 0 else 1.0 / math.sqrt(total)
+    mu = composed_mu(_multipliers(releases))
+    return math.inf if mu == 0 else (0.0 if not math.isfinite(mu) else 1.0 / mu)
 
 
-def pld_epsilon(releases, delta: float, discretization: float = PLD_DISCRETIZATION) -> float:
+def pld_epsilon(releases, delta: float, discretization: float | None = None) -> float:
     """eps of the composed releases by the PLD accountant of ``dp_accounting``, run on their exact
     one-Gaussian equivalent (:func:`composed_multiplier`): composing the releases' discretized
-    PLDs one by one would add the discretization's pessimism once per distinct multiplier."""
-    z = composed_multiplier(releases)
-    if not math.isfinite(z):
+    PLDs one by one would add the discretization's pessimism once per distinct multiplier.
+
+    The discretization interval is chosen from the composition's mu
+    (:func:`~fdp_flower.privacy.calibration.pld_discretization`), so the answer comes in bounded
+    time and memory for any noise; beyond ``PLD_MAX_MU``, or if the accountant fails, the analytic
+    eps of the composed Gaussian is returned instead (:func:`pld_fallback_note` says so).
+    """
+    multipliers = _multipliers(releases)
+    if not multipliers:
         return 0.0
-    acc = pld.PLDAccountant(value_discretization_interval=discretization)
-    acc.compose(dp_accounting.GaussianDpEvent(z))
-    return float(acc.get_epsilon(delta))
+    mu = composed_mu(multipliers)
+    interval = pld_discretization(mu) if discretization is None else discretization
+    if interval is None:
+        return analytic_gaussian_epsilon(mu, delta)
+    try:
+        acc = pld.PLDAccountant(value_discretization_interval=interval)
+        acc.compose(dp_accounting.GaussianDpEvent(1.0 / mu))
+        eps = float(acc.get_epsilon(delta))
+    except (MemoryError, OverflowError, FloatingPointError):
+        return analytic_gaussian_epsilon(mu, delta)
+    return eps if math.isfinite(eps) else analytic_gaussian_epsilon(mu, delta)
+
+
+def pld_fallback_note(releases) -> str | None:
+    """A note when :func:`pld_epsilon` reports the analytic eps of these releases instead of the PLD's."""
+    multipliers = _multipliers(releases)
+    if multipliers and pld_discretization(composed_mu(multipliers)) is None:
+        return PLD_FALLBACK_NOTE
+    return None
+
+
+def _quiet(fn, *args) -> float:
+    with np.errstate(all="ignore"):
+        try:
+            return float(fn(*args))
+        except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError):
+            return math.nan
+
+
+def _finite_or(value: float, fallback: float) -> float:
+    return value if math.isfinite(value) else fallback
 
 
 def gaussian_epsilon(releases, delta: float) -> float:
@@ -183,7 +233,7 @@ def epsilon_of_rho(rho: float, delta: float) -> float:
     (2 sigma_t^2) = mu^2 / 2, so the composition is the Gaussian of multiplier 1 / sqrt(2 rho)."""
     if not rho > 0:
         return 0.0
-    return float(dp_accounting.get_epsilon_gaussian(1.0 / math.sqrt(2.0 * rho), delta))
+    return analytic_gaussian_epsilon(math.sqrt(2.0 * rho), delta)
 
 
 def zcdp_epsilon(releases, delta: float) -> float:
@@ -272,14 +322,15 @@ class PrivacyLedger:
                 new.append(rel[done])
                 done += 1
             if _multipliers(new):
-                rdp_acc.compose(_dp_event(new))
+                with np.errstate(all="ignore"):
+                    rdp_acc.compose(_dp_event(new))
             rho += float(sum(r.zcdp_rho for r in new))
             count += len(new)
             spent = count > 0 and rho > 0
             out.append(PrivacySummary(
                 client=client, round=t, releases=count, delta=delta, zcdp_rho=rho,
                 eps_zcdp=zcdp_to_dp(rho, delta),
-                eps_rdp=float(rdp_acc.get_epsilon(delta)) if spent else 0.0,
+                eps_rdp=_finite_or(_quiet(rdp_acc.get_epsilon, delta), zcdp_to_dp(rho, delta)) if spent else 0.0,
                 eps_pld=None if not with_pld else epsilon_of_rho(rho, delta)))
         return out
 

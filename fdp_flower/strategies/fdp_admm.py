@@ -7,6 +7,7 @@ server update :meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`
 """
 from __future__ import annotations
 
+import json
 import warnings
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
@@ -45,7 +46,7 @@ from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, releases_after
-from fdp_flower.outputs.results import RunResult, privacy_headline, summarize, write_results
+from fdp_flower.outputs.results import RunResult, check_output_dir, privacy_headline, rescue_run, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.strategies.common import (
     FederationError,
@@ -424,6 +425,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                                   f"{Path.cwd()}, not where `flwr run` was typed)")
         resume = read_checkpoint(path)
         check_resumable(resume, scenario)
+    # the results directory is checked before the first release (the setup phase releases too)
+    out_dir = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name))
     setup = None
     if data_source(scenario).node_local:
         from fdp_flower.strategies.node_phase import ReleasedStatistics, node_setup
@@ -433,15 +436,17 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         sizes, basis, evaluator = setup.sizes, setup.basis, ReleasedStatistics()
     else:
         sizes, basis, _features, _responses, _clipped, evaluator = simulation_setup(scenario)
-    out_dir = run_results_dir(context.run_config, context.run_id, scenario.name)
 
     def checkpoint(strat: FDPADMMStrategy) -> None:
         every = scenario.output.checkpoint_every
         if every and strat.state.round % every == 0:
             from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
 
-            write_checkpoint(out_dir / CHECKPOINT_NAME, Checkpoint(
-                scenario, strat.state, strat.ledger, strat.history, strat.failures, engine="flower"))
+            try:
+                write_checkpoint(out_dir / CHECKPOINT_NAME, Checkpoint(
+                    scenario, strat.state, strat.ledger, strat.history, strat.failures, engine="flower"))
+            except OSError as exc:  # the run goes on; writing its results rescues what is lost
+                log(WARNING, "fdp-flower: checkpoint not written (%s)", exc.strerror or exc)
 
     strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator, partition_sizes=sizes,
                                on_round=checkpoint, hosts_many_clients=setup is None)
@@ -480,8 +485,12 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                        sample_sizes=[strategy.sample_sizes.get(i, int(m)) for i, m in enumerate(sizes)],
                        stop_reason=stop_reason, engine="flower", failures=strategy.failures,
                        site_reports=strategy.site_reports)
-    out = write_results(result, out_dir)
-    summary = summarize(result)
+    try:
+        out = write_results(result, out_dir)
+    except OSError as exc:  # a full disk or a removed directory: keep the ledger and a checkpoint
+        log(ERROR, "fdp-flower: %s", rescue_run(result, out_dir, exc))
+        raise
+    summary = json.loads((out / "summary.json").read_text())
     final = summary["final"] or {}
     log(INFO, "fdp-flower: %s after %d rounds; final MISE (%s) = %s", stop_reason, len(strategy.history),
         scenario.algorithm.estimator.kind,

@@ -8,7 +8,6 @@ by soft-thresholding, linearized x-update, dual update, Nesterov extrapolation).
 """
 from __future__ import annotations
 
-import math
 import warnings
 from logging import INFO
 from typing import Callable, Iterable
@@ -246,11 +245,10 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     import json
 
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import privacy_section, write_csv
+    from fdp_flower.outputs.results import check_output_dir, privacy_section, write_csv
 
+    out = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name))  # before releasing
     strategy = run_gradient_admm_federation(grid, scenario)
-    out = run_results_dir(context.run_config, context.run_id, scenario.name)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
     write_csv(out / "history.csv", strategy.history)
     write_csv(out / "ledger.csv", strategy.ledger.to_rows())

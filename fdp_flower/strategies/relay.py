@@ -178,13 +178,14 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
 
 def run_p2p_federation(grid: Grid, context: Context, scenario) -> None:
     """ServerApp runner (dispatch hook for the peer-to-peer algorithm kinds): run and write results."""
+    from fdp_flower.outputs.results import check_output_dir
+
+    out = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name, tag="relay"))
     try:
         strategy = run_relay(grid, scenario)
     except RelayError as exc:
         log(ERROR, "relay stopped: %s", exc)
         raise
-    out = run_results_dir(context.run_config, context.run_id, scenario.name, tag="relay")
-    out.mkdir(parents=True, exist_ok=True)
     from fdp_flower.config.base import scenario_to_yaml
 
     (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))  # what fdp_flower.load_results reads first

@@ -74,8 +74,51 @@ class Evaluator:
         return out
 
 
+def available_memory() -> int | None:
+    """Bytes of memory available to this process now (Linux MemAvailable), else physical memory."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def simulation_memory(scenario: Scenario) -> int | None:
+    """Bytes a simulated run's setup holds at its peak, estimated from the design: the curves
+    (n x G doubles) twice (per-client parts and the pooled or projected copy) and, for a pooled
+    FPCA, the G x G covariance with its eigendecomposition (four G x G doubles).  None when the
+    design's size is not known before reading files."""
+    data = scenario.data
+    if getattr(data, "kind", None) != "paper_simulation":
+        return None
+    n, points = int(data.n_samples), int(data.grid_points)
+    pooled = bases.basis_kind(scenario.basis).needs_pooled_curves
+    return 8 * (2 * n * points + (4 * points * points if pooled else 0))
+
+
+def check_memory(scenario: Scenario, available: int | None = None) -> None:
+    """Refuse, in one line naming the fields, a design this machine cannot hold (before any work)."""
+    need = simulation_memory(scenario)
+    available = available_memory() if available is None else available
+    if need is None or available is None or need <= available:
+        return
+    d = scenario.data
+    raise ValueError(f"data.n_samples = {d.n_samples} x data.grid_points = {d.grid_points} needs about "
+                     f"{need / 2**30:.3g} GiB of memory, this machine has {available / 2**30:.3g} GiB available: "
+                     "reduce data.n_samples or data.grid_points")
+
+
 def simulation_setup(scenario: Scenario, *, with_reference: bool = True):
     """Everything a simulated run needs: per-client data, basis, features, evaluator."""
+    check_memory(scenario)
     sizes = partition_sizes(scenario)
     source = data_source(scenario)
     parts = [source.load(i) for i in range(len(sizes))]
