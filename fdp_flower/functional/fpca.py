@@ -14,13 +14,14 @@ import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import integrate, interpolate
 
 FIXED_FAMILIES = ("cosine", "fourier", "bspline")
 
 
 def simpson_weights(grid: np.ndarray) -> np.ndarray:
     """Quadrature weights q with sum_g q_g f(t_g) = Simpson's rule for int f."""
+    from scipy import integrate  # lazily: a client only projects on a received basis
+
     grid = np.asarray(grid, dtype=float)
     return integrate.simpson(np.eye(grid.size), x=grid, axis=1)
 
@@ -263,6 +264,8 @@ def fixed_basis(family: str, n_components: int, grid: np.ndarray, *,
     else:
         if n_components < 4:
             raise ValueError("a cubic B-spline basis needs n_components >= 4")
+        from scipy import interpolate
+
         inner = np.linspace(0, 1, n_components - 2)
         knots = np.r_[[0.0] * 3, inner, [1.0] * 3]
         raw = np.vstack([interpolate.BSpline(knots, np.eye(n_components)[i], 3, extrapolate=False)(t)

@@ -22,9 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import dp_accounting
 import numpy as np
-from dp_accounting import pld
 
 SCHEDULE_SHAPES = ("constant", "geometric", "periodic", "iteration")
 
@@ -70,6 +68,8 @@ def composed_gaussian_event(noise_multipliers: Sequence[float]) -> dp_accounting
     Multipliers equal up to 1e-12 (relative), e.g. ``(z * Delta) / Delta``, are
     one group; distinct multipliers keep their order of first appearance.
     """
+    import dp_accounting
+
     return dp_accounting.ComposedDpEvent([
         dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), n)
         for z, n in _group_multipliers(noise_multipliers)
@@ -78,6 +78,8 @@ def composed_gaussian_event(noise_multipliers: Sequence[float]) -> dp_accounting
 
 def pld_accountant() -> pld.PLDAccountant:
     """A fresh PLD accountant with the ledger's discretization."""
+    from dp_accounting import pld
+
     return pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
 
 
@@ -144,6 +146,8 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
         raise ValueError(f"eps_total must be finite and > 0, got {eps_total}")
     if not 0 < delta_total < 1:
         raise ValueError(f"delta_total must be in (0, 1), got {delta_total}")
+    import dp_accounting
+
     rel = np.asarray([float(r) for r in relative_multipliers])
     if rel.size == 0 or rel.min() <= 0 or not np.all(np.isfinite(rel)):
         raise ValueError("relative_multipliers must be a non-empty sequence of positive finite numbers")

@@ -19,9 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-import dp_accounting
-from dp_accounting import pld, rdp
-
 from fdp_flower.privacy.calibration import PLD_DISCRETIZATION, composed_gaussian_event
 from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
@@ -138,6 +135,8 @@ def rdp_epsilon(releases, delta: float) -> float:
     """eps of the composed releases by the RDP accountant of ``dp_accounting``."""
     if not _multipliers(releases):
         return 0.0
+    from dp_accounting import rdp
+
     acc = rdp.RdpAccountant()
     acc.compose(_dp_event(releases))
     return float(acc.get_epsilon(delta))
@@ -147,6 +146,8 @@ def pld_epsilon(releases, delta: float, discretization: float = PLD_DISCRETIZATI
     """eps of the composed releases by the PLD accountant of ``dp_accounting``."""
     if not _multipliers(releases):
         return 0.0
+    from dp_accounting import pld
+
     acc = pld.PLDAccountant(value_discretization_interval=discretization)
     acc.compose(_dp_event(releases))
     return float(acc.get_epsilon(delta))
@@ -230,6 +231,8 @@ class PrivacyLedger:
         """
         rel = sorted(self.of_client(client), key=lambda r: r.round)
         rounds = sorted({r.round for r in rel}) if rounds is None else sorted(set(rounds))
+        from dp_accounting import pld, rdp
+
         rdp_acc = rdp.RdpAccountant()
         pld_acc = pld.PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION) if with_pld else None
         out, done, rho, count = [], 0, 0.0, 0

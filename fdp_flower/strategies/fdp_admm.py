@@ -1,9 +1,13 @@
 """FDP-ADMM server strategy (Flower Message API): averaging and dual bookkeeping.
 
 The strategy owns every piece of run state (global w, each client's dual and
-last released primal, the privacy ledger); clients are stateless.  Each round it
-sends every client its own (w, g_i, wt_i, l), and on the replies calls the pure
-server update :meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.
+last released primal, the privacy ledger); a node keeps only a cache of its own features and
+of the basis (:mod:`fdp_flower.clients.fdp_admm`).  Each round it sends every client its own
+(w, g_i, wt_i, l) and the basis's digest (the basis itself only in a node's first message),
+and on the replies calls the pure server update
+:meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.  Its metrics go through
+Flower's server-side evaluation (``evaluate_fn`` of :meth:`Strategy.start`,
+:meth:`FDPADMMStrategy.evaluate_round`): each round is printed once, as a global evaluation.
 """
 from __future__ import annotations
 
@@ -46,8 +50,8 @@ from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.outputs.results import RunResult, summarize, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.common import FederationError, run_results_dir, site_report, wait_for_nodes
-from fdp_flower.wire import pack_arrays, unpack_arrays
+from fdp_flower.strategies.common import FederationError, polling, run_results_dir, site_report, wait_for_nodes
+from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
 
 
 class FDPADMMStrategy(Strategy):
@@ -58,7 +62,7 @@ class FDPADMMStrategy(Strategy):
     scenario : Scenario
         The parsed run description (rho, rounds, privacy, ...).
     basis : FunctionalBasis
-        The public basis sent to clients with every message.
+        The public basis, sent to each node once per run (later messages carry its digest).
     evaluate_state : callable, optional
         ``f(state) -> dict`` of metrics logged every round (simulation only:
         the evaluator may see pooled data). (default: None)
@@ -108,6 +112,10 @@ class FDPADMMStrategy(Strategy):
         self.clipped_rows: dict[int, int] = {}
         self.site_reports: dict[int, dict] = {}  # client -> its latest report of its own totals
         self.round_offset = 0
+        self._basis_arrays = {f"{BASIS_PREFIX}{k}": v for k, v in basis.to_arrays().items()}
+        self.basis_digest = basis_digest(basis.to_arrays())
+        self._basis_nodes: set[int] = set()  # nodes that were sent the basis in this run
+        self._pending_row: dict | None = None
 
     def resume_from(self, checkpoint) -> int:
         """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,
@@ -173,15 +181,16 @@ class FDPADMMStrategy(Strategy):
         if not node_ids:
             raise FederationError(f"round {server_round}: no nodes connected")
         self._live_nodes = set(node_ids)
-        basis = {f"basis_{k}": v for k, v in self.basis.to_arrays().items()}
         self._named = self._named or len(node_ids) < self.num_clients
         self._outbox = []
         assignment = self._assign(node_ids)
         self._check_budget(server_round, [client for _, client in assignment])
         for node, client in assignment:
-            cfg = {"round": server_round}
+            cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest}
             if client is not None and self._named:
                 cfg["partition-id"] = client
+            basis = {} if node in self._basis_nodes else self._basis_arrays
+            self._basis_nodes.add(node)
             content = RecordDict({"arrays": pack_arrays(**self._client_payload(client), **basis),
                                   "config": ConfigRecord(cfg)})
             self._outbox.append((Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN),
@@ -283,6 +292,8 @@ class FDPADMMStrategy(Strategy):
             hint = entry[1]
             try:
                 if reply.has_error():
+                    if BASIS_MISSING in reply.error.reason:  # the node lost its cache: send it the basis again
+                        self._basis_nodes.discard(node)
                     code = int(reply.error.code)
                     kind = NOT_RELEASED if code in (1, 2, 6, 7) else MAY_HAVE_RELEASED
                     err = FederationError(f"error reply (code {code}): {reply.error.reason}".splitlines()[0])
@@ -342,20 +353,35 @@ class FDPADMMStrategy(Strategy):
         noisy = np.stack([primals.get(i, np.full(dim, np.nan)) for i in range(self.num_clients)])
         self.state = advance_with_failures(self.state, replied, noisy, self.scenario.algorithm.rho)
         eta = np.mean([self.plan.step_size(server_round, self.sample_sizes[i]) for i in primals])
-        row = {"round": server_round, "eta_mean": float(eta)}
+        self._pending_row = {"round": server_round, "eta_mean": float(eta),
+                             "failed_clients": int(self.num_clients - replied.sum())}
+        # no train metrics for Flower to print: the round's row is the server-side evaluation's
+        return pack_arrays(global_w=self.state.global_w), None
+
+    def evaluate_round(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Flower's server-side evaluation (``evaluate_fn``), called after each round's aggregation:
+        the round's history row (step size, failures, ``evaluate_state``'s metrics, privacy spent);
+        then ``on_round``.  None before the first round (nothing to evaluate)."""
+        row, self._pending_row = self._pending_row, None
+        if row is None:
+            return None
         if self.evaluate_state is not None:
             row.update(self.evaluate_state(self.state))
         if self.scenario.privacy.enabled:
             row.update(privacy_columns(self.ledger, self.scenario.privacy.delta))
-        row["failed_clients"] = int(self.num_clients - replied.sum())
+        row["failed_clients"] = row.pop("failed_clients")
         self.history.append(row)
-        if server_round % self.scenario.output.log_every == 0 or server_round == self.scenario.algorithm.rounds:
-            log(INFO, "round %d: %s", server_round,
-                ", ".join(f"{k}={v:.5g}" for k, v in row.items() if k != "round"))
         if self.on_round is not None:
             self.on_round(self)
-        return pack_arrays(global_w=self.state.global_w), MetricRecord(
-            {k: float(v) for k, v in row.items() if np.isfinite(v)})
+        return MetricRecord({k: float(v) for k, v in row.items() if np.isfinite(v)})
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None):
+        """:meth:`Strategy.start` with :meth:`evaluate_round` as the server-side evaluation and the
+        short reply poll of :class:`~fdp_flower.strategies.common.PollingGrid`."""
+        return super().start(polling(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config,
+                             self.evaluate_round if evaluate_fn is None else evaluate_fn)
 
     def _client_of_node(self, node: int) -> int | None:
         clients = [c for c, n in self.node_of_client.items() if n == node]
@@ -400,7 +426,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         from fdp_flower.strategies.node_phase import ReleasedStatistics, node_setup
 
         wait_for_nodes(grid, scenario.federation.num_clients)
-        setup = node_setup(grid, scenario, timeout=scenario.faults.reply_timeout)
+        setup = node_setup(polling(grid), scenario, timeout=scenario.faults.reply_timeout)
         sizes, basis, evaluator = setup.sizes, setup.basis, ReleasedStatistics()
     else:
         sizes, basis, _features, _responses, _clipped, evaluator = simulation_setup(scenario)
