@@ -53,7 +53,7 @@ def accounting_delta(scenario: Scenario) -> float:
 
 
 def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | None = None,
-                 with_reference: bool = True, total_budget: tuple[float, float] | None = None,
+                 with_reference: bool | None = None, total_budget: tuple[float, float] | None = None,
                  checkpoint_path=None, resume=None, stop_after: int | None = None) -> RunResult:
     """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation.
 
@@ -72,6 +72,8 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     ``output.checkpoint_every`` rounds and at the end; ``resume``: a
     :class:`~fdp_flower.outputs.checkpoint.Checkpoint` to continue from (same scenario);
     ``stop_after``: stop (as if interrupted) after this round (for tests).
+    ``with_reference``: solve the exact reference (default: only up to
+    :data:`~fdp_flower.algorithms.fdp_admm.setup.REFERENCE_AUTO_LIMIT` samples; its time is logged apart).
     """
     t0 = time.perf_counter()
     sizes, basis, features, responses, clipped, evaluator = simulation_setup(
