@@ -30,6 +30,7 @@ def scenario(rounds: int = 4):
 
 def test_the_basis_travels_once_per_node_and_the_features_are_computed_once(monkeypatch):
     sc = scenario()
+    client._PROCESS_CACHE.clear()
     loads = []
     real_load = client.load_partition
     monkeypatch.setattr(client, "load_partition", lambda s, i, path=None: loads.append(i) or real_load(s, i, path))

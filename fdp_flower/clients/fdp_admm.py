@@ -116,26 +116,50 @@ def node_basis(context: Context, arrays: dict[str, np.ndarray], digest: str | No
     return FunctionalBasis.from_arrays(unpack_arrays(context.state[_BASIS_STATE]))
 
 
+#: This process's features, keyed by (run, node, partition, basis, scenario, data file): a ClientApp
+#: process that serves many messages (Flower's simulation runtime) reuses them even when parallel
+#: messages of one node overwrite each other's ``context.state``; bounded by _PROCESS_CACHE_BYTES.
+_PROCESS_CACHE: dict[tuple, tuple[np.ndarray, int, np.ndarray]] = {}
+_PROCESS_CACHE_BYTES = 2 * 1024**3
+
+
+def _remember(key: tuple, value: tuple[np.ndarray, int, np.ndarray]) -> None:
+    size = value[0].nbytes + value[2].nbytes
+    while _PROCESS_CACHE and sum(v[0].nbytes + v[2].nbytes for v in _PROCESS_CACHE.values()) + size \
+            > _PROCESS_CACHE_BYTES:
+        _PROCESS_CACHE.pop(next(iter(_PROCESS_CACHE)))
+    if size <= _PROCESS_CACHE_BYTES:
+        _PROCESS_CACHE[key] = value
+
+
 def node_features(context: Context, scenario: Scenario, partition: int, basis: FunctionalBasis,
                   digest: str) -> tuple[np.ndarray, int, np.ndarray]:
     """(features, rows clipped, responses) of ``partition`` on ``basis``: computed once per run and
-    basis, then read from the node's ``context.state``.  The cache is keyed by the basis digest,
-    the scenario and the data file, and never leaves the node (only the noisy primal is replied)."""
+    basis, then read from this process's cache or the node's ``context.state`` (a new ClientApp
+    process per message, as in a deployment).  Both are keyed by the basis digest, the scenario and
+    the data file, and neither leaves the node (only the noisy primal is replied)."""
     from fdp_flower.clients.site import scenario_digest
 
     path = context.node_config.get("data-path") or None
     key = {"basis": digest, "scenario": scenario_digest(scenario), "data-path": str(path or "")}
+    process_key = (context.run_id, context.node_id, partition, *key.values())
+    if process_key in _PROCESS_CACHE:
+        return _PROCESS_CACHE[process_key]
     name = _FEATURES_STATE.format(partition=partition)
     if name in context.state and name + "-key" in context.state:
         stored = context.state[name + "-key"]
         if all(stored.get(k) == v for k, v in key.items()):
             arrays = unpack_arrays(context.state[name])
-            return arrays["features"], int(stored["clipped"]), arrays["response"]
+            value = (arrays["features"], int(stored["clipped"]), arrays["response"])
+            _remember(process_key, value)
+            return value
     data = load_partition(scenario, partition, path)
     features, clipped = client_features(scenario, basis, data)
     context.state[name] = pack_arrays(features=features, response=data.response)
     context.state[name + "-key"] = ConfigRecord({**key, "clipped": int(clipped)})
-    return features, int(clipped), data.response
+    value = (features, int(clipped), data.response)
+    _remember(process_key, value)
+    return value
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ class FDPADMMStrategy(Strategy):
         self.round_offset = 0
         self._basis_arrays = {f"{BASIS_PREFIX}{k}": v for k, v in basis.to_arrays().items()}
         self.basis_digest = basis_digest(basis.to_arrays())
-        self._basis_nodes: set[int] = set()  # nodes that were sent the basis in this run
+        self._basis_nodes: set[int] = set()  # nodes that replied to a message with the basis in this run
         self._pending_row: dict | None = None
 
     def resume_from(self, checkpoint) -> int:
@@ -189,8 +189,10 @@ class FDPADMMStrategy(Strategy):
             cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest}
             if client is not None and self._named:
                 cfg["partition-id"] = client
+            # the basis goes with every message to a node until it has replied once: a node may
+            # process one round's messages in parallel (Flower's simulation runtime), each on its own
+            # copy of the node's context
             basis = {} if node in self._basis_nodes else self._basis_arrays
-            self._basis_nodes.add(node)
             content = RecordDict({"arrays": pack_arrays(**self._client_payload(client), **basis),
                                   "config": ConfigRecord(cfg)})
             self._outbox.append((Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN),
@@ -311,6 +313,7 @@ class FDPADMMStrategy(Strategy):
                     unattributed.append(kind)
                 continue
             self.node_of_client[client] = node
+            self._basis_nodes.add(node)
             self.sample_sizes[client] = int(reply.content["metrics"]["num-examples"])
             if (report := site_report(reply)) is not None:
                 self.site_reports[client] = report
