@@ -364,7 +364,8 @@ class FDPADMMStrategy(Strategy):
     def evaluate_round(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         """Flower's server-side evaluation (``evaluate_fn``), called after each round's aggregation:
         the round's history row (step size, failures, ``evaluate_state``'s metrics, privacy spent);
-        then ``on_round``.  None before the first round (nothing to evaluate)."""
+        then ``on_round``.  Returned (so printed by Flower) every ``output.log_every`` rounds and at the
+        last round; None otherwise and before the first round (nothing to evaluate)."""
         row, self._pending_row = self._pending_row, None
         if row is None:
             return None
@@ -376,6 +377,9 @@ class FDPADMMStrategy(Strategy):
         self.history.append(row)
         if self.on_round is not None:
             self.on_round(self)
+        server_round = row["round"]
+        if server_round % self.scenario.output.log_every and server_round != self.scenario.algorithm.rounds:
+            return None
         return MetricRecord({k: float(v) for k, v in row.items() if np.isfinite(v)})
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
