@@ -112,8 +112,8 @@ NOTES = [
     "round also generates and projects each client's slice on its node (cached afterwards), so its "
     "steady-state round is shorter than shown.",
     "The floor app is not a tight lower bound in simulation: with the same short poll it is slower than "
-    "fdp-flower there (its first round also pays the start of Flower's simulation workers, which our "
-    "ServerApp's setup overlaps); the goal ratios are computed against it as the issue defines them.",
+    "fdp-flower there (probably because its first round also pays the start of Flower's simulation workers, which our "
+    "ServerApp's setup overlaps; not verified); the goal ratios are computed against it as the issue defines them.",
     "Loopback deployment: a SuperNode runs one message at a time, each in a new `flwr-clientapp` process, "
     "and sleeps 3 s whenever a pull finds nothing; with M = 10 clients on 3 SuperNodes each node runs 3-4 "
     "processes a round, so the round is set by Flower's SuperNode, not by the strategy's poll. The difference "
