@@ -1,23 +1,36 @@
 #!/usr/bin/env bash
-# The main job in one command: install fdp-flower into .venv (if needed) and run the default
-# FDP-ADMM federation on Flower's simulation engine (`flwr run .`), then check the run's status.
+# The main job in one command: install fdp-flower into .venv (if needed), start our own SuperLink with
+# Flower's simulation runtime (a free loopback port, FLWR_HOME in a new temp dir: a SuperLink somebody
+# else runs on this machine is never used), `flwr run` the app on it with one simulated SuperNode per
+# client, read the status of that run id, stop every process it started and print where the results are.
+#
+#   ./run.sh                                              # the default federation (scenarios/flwr_default.yaml)
+#   ./run.sh --run-config "num-server-rounds=5 eps=0.8"  # typed keys of [tool.flwr.app.config]
+#   ./run.sh scenarios/quickstart.yaml --set algorithm.rho=0.2 --out my-results
+#
+# Arguments are those of `fdp-flower run --engine flower`.  Results go under ./results of the directory
+# you call it from (or --out), never into the SuperLink's working directory.
+# FDP_FLOWER_VENV=/path/to/venv: use that environment (fdp-flower's dependencies installed) instead of
+# building ./.venv; nothing is installed then.  PYTHON: the interpreter that builds ./.venv.
 set -euo pipefail
-cd "$(dirname "$0")"
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/flwr ] || [ pyproject.toml -nt .venv/.installed ]; then
-  "$PY" -m venv .venv
-  .venv/bin/pip install --quiet --upgrade pip
-  .venv/bin/pip install --quiet -e ".[test]"
-  touch .venv/.installed
+CALLER_DIR=$PWD
+APP_DIR=$(cd "$(dirname "$0")" && pwd)
+if [ -n "${FDP_FLOWER_VENV:-}" ]; then
+  VENV=$FDP_FLOWER_VENV
+else
+  VENV=$APP_DIR/.venv
+  if [ ! -x "$VENV/bin/flwr" ] || [ "$APP_DIR/pyproject.toml" -nt "$VENV/.installed" ]; then
+    "${PYTHON:-python3}" -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --upgrade pip
+    "$VENV/bin/pip" install --quiet -e "$APP_DIR"  # what running needs; the test extras are test.sh's
+    touch "$VENV/.installed"
+  fi
 fi
-# flwr starts flower-superlink / flower-superexec / flwr-simulation by name: put .venv first on PATH
-export PATH="$PWD/.venv/bin:$PATH"
+# flwr starts flower-superlink / flower-superexec / flwr-simulation by name: put the venv first on PATH;
+# this checkout's fdp_flower first on the import path (it is the app `flwr run` packs)
+export PATH="$VENV/bin:$PATH" PYTHONPATH="$APP_DIR${PYTHONPATH:+:$PYTHONPATH}"
 export FLWR_TELEMETRY_ENABLED=0
-# The app's dependencies are already installed in .venv: do not let the SuperLink re-install them.
+# The app's dependencies are already installed in the venv: do not let the SuperLink re-install them.
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
-flwr run . --stream "$@"
-# `flwr run --stream` exits 0 even when the ServerApp fails: read the run's status.
-status=$(flwr ls --format json | .venv/bin/python -c \
-  'import json,sys; r=json.load(sys.stdin)["runs"][0]; print(r["status"], "|", r["status-details"])')
-echo "run status: $status"
-case "$status" in finished:completed*) exit 0 ;; *) exit 1 ;; esac
+cd "$CALLER_DIR"
+exec "$VENV/bin/python" -m fdp_flower.cli run --engine flower "$@"

@@ -1,7 +1,7 @@
 """Benchmark of the FDP-ADMM intercept through the Python API (issue 14): how far the fitted intercept is
 from the truth, private and not, at several quantile levels, next to the derived standard deviations.
 
-Design: the paper's simulation (paper 000, Section 5) on a 60-point grid with a large offset added to
+Design: the paper's simulation (Zhou & Xiang 2022, Section 5) on a 60-point grid with a large offset added to
 the response, y = 8 + int beta X + e - F^{-1}(tau), e ~ t(3), so the tau-quantile of y given X is
 8 + int beta X; n = 10000 rows split over M = 10 clients, the cosine basis with K = 10, no penalty
 (so that nothing but the noise separates the private fit from the exact one), the API's defaults

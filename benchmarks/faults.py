@@ -1,7 +1,7 @@
 """Benchmark of FDP-ADMM under client failures (issue 8): final MISE with 30% of the clients failing
 at random each round, next to the fault-free run.
 
-Design: the paper's simulation (paper 000, Section 5; ``scenarios/flwr_default.yaml``): n = 100000
+Design: the paper's simulation (Zhou & Xiang 2022, Section 5; ``scenarios/flwr_default.yaml``): n = 100000
 split over M = 10 clients, pooled FPCA with K = 10, quantile loss tau = 0.5, l1 penalty, rho = 0.1,
 per-round (eps, delta) = (0.5, 1e-5), L = 30 rounds, R seeds.  Conditions:
 
@@ -84,7 +84,7 @@ def write(out: dict, directory: Path, seconds: float) -> None:
         "# FDP-ADMM with failing clients (issue 8)", "",
         "Command: `python benchmarks/faults.py" + (" --quick" if out["quick"] else "") + f" --reps {out['reps']}`"
         + f" ({seconds:.0f} s).", "",
-        "Paper design (paper 000, Section 5): " + ("n = 10000 (quick)" if out["quick"] else "n = 100000")
+        "Paper design (Zhou & Xiang 2022, Section 5): " + ("n = 10000 (quick)" if out["quick"] else "n = 100000")
         + ", M = 10, pooled FPCA K = 10, tau = 0.5, l1, rho = 0.1, "
         "per-round eps = 0.5, delta = 1e-5; " + f"{out['reps']} seeds (0..{out['reps'] - 1}), the same data and "
         "noise streams across conditions.  A failed client keeps its last released primal and its dual, and "

@@ -1,6 +1,6 @@
-"""Benchmark of DP-ADMM / DP-AccADMM (paper 003; spec section 5), federated form.
+"""Benchmark of DP-ADMM / DP-AccADMM (Xu et al. 2020; docs/algorithms.md, section 5), federated form.
 
-Reproduces the shape of paper 003's Figures 1-2 and checks the acceptance criteria of issue 6:
+Reproduces the shape of Xu et al.'s (2020) Figures 1-2 and checks the acceptance criteria of issue 6:
 
 1. convergence (non-private): iterations to a relative objective gap <= 1e-3 against the
    Clarabel reference, ADMM vs AccADMM, over rho (breast cancer and Adult);
@@ -195,7 +195,7 @@ def main(argv=None):
     eta = 4.0  # 1/L_f for the logistic loss with ||a|| <= c1 = 1 (L_f <= c1^2 / 4)
     results = {"settings": dict(eta=eta, delta=DELTA, mu=MU, runs=runs, neighbouring="add_remove")}
     t_start = time.perf_counter()
-    md = ["# DP-ADMM / DP-AccADMM (paper 003), federated gradient perturbation\n",
+    md = ["# DP-ADMM / DP-AccADMM (Xu et al. 2020), federated gradient perturbation\n",
           f"Command: `python benchmarks/gradient_admm.py{' --quick' if args.quick else ''}`. "
           f"Logistic loss, graph-guided fused lasso A = [W; I] (W from GraphicalLasso(alpha=0.3)), "
           f"rows clipped to ||a|| <= c1 = 1, eta = {eta}, gam = eta rho ||A^T A|| + 1, x_0 = 0, u_0 = 0, "

@@ -1,10 +1,11 @@
-"""Peer-to-peer benchmarks: paper 002 (zCDP-NFL vs DP-NFL vs zCDP-grad-NFL) and paper 004 (PR-ADMM).
+"""Peer-to-peer benchmarks: Gauthier et al. (2023) (zCDP-NFL vs DP-NFL vs zCDP-grad-NFL) and
+Ding et al. (2019) (PR-ADMM).
 
 Usage::
 
     python benchmarks/p2p.py                 # everything (about 10 minutes on 2 shared cores)
-    python benchmarks/p2p.py --only nfl      # paper 002 part (synthetic elastic net, LAD, ridge)
-    python benchmarks/p2p.py --only pr_admm  # paper 004 part (Adult or breast cancer)
+    python benchmarks/p2p.py --only nfl      # Gauthier et al. (2023) part (synthetic elastic net, LAD, ridge)
+    python benchmarks/p2p.py --only pr_admm  # Ding et al. (2019) part (Adult or breast cancer)
     python benchmarks/p2p.py --only pr_acceptance  # PR-ADMM eps = 10 vs non-private, 10 runs
     python benchmarks/p2p.py --quick         # fewer repetitions, for a smoke test
 
@@ -63,7 +64,7 @@ def md_table(header, rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ====================================================================== paper 002
+# ====================================================================== Gauthier et al. (2023)
 NFL_STEPS = 200
 NFL_GRID = [dict(rho=rho, step=step) for rho, step in itertools.product(
     (0.3, 1.0), ({"kind": "inv", "eta0": 10.0}, {"kind": "inv", "eta0": 30.0},
@@ -125,7 +126,7 @@ def run_nfl(reps: int, eps_grid, tune_reps: int, report: list, dump: dict):
     problems = ("elastic_net", "lad", "ridge")
     fig_c, axes_c = plt.subplots(1, 3, figsize=(15, 4))
     fig_t, axes_t = plt.subplots(1, 3, figsize=(15, 4))
-    report.append("## Paper 002: zCDP-NFL and baselines (synthetic, N = 20 Erdos-Renyi, average degree 4)\n")
+    report.append("## Gauthier et al. (2023): zCDP-NFL and baselines (synthetic, N = 20 Erdos-Renyi, average degree 4)\n")
     report.append(f"T = {NFL_STEPS} iterations, 100 samples per node, K = 10, delta = 1e-4, total budgets calibrated "
                   "by the zCDP composition (DP-NFL: (eps/T, delta/T) per step by basic composition). Each "
                   "algorithm's step/penalty is tuned per problem and per eps over a grid "
@@ -220,7 +221,7 @@ def run_acceptance_lad(report: list, dump: dict):
     dump["acceptance_lad"] = rows
 
 
-# ====================================================================== paper 004
+# ====================================================================== Ding et al. (2019)
 PR_K = 50
 PR_EPS = (0.1, 0.5, 1.0, 5.0, 10.0)
 
@@ -240,7 +241,7 @@ def run_pr(data, label, eta_values, runs, eps_grid, report, dump, tag, schemes=N
     base = P2PScenario(seed=0, topology={"kind": "paper004_five"}, data=data)
     graph = build_graph(base.topology, 0)
     problem = build_problem(data, 5, 0)
-    report.append(f"## Paper 004: PR-ADMM on {label} (5 agents, K = {PR_K}, delta = 1e-4, {runs} runs)\n")
+    report.append(f"## Ding et al. (2019): PR-ADMM on {label} (5 agents, K = {PR_K}, delta = 1e-4, {runs} runs)\n")
     report.append(f"Graph {graph.to_dict()['edges']} (degrees {graph.degrees.tolist()}; a reconstruction of "
                   f"the paper's Fig. 1). {problem.sample_counts.tolist()} training rows per agent, "
                   f"{len(problem.test_responses)} test rows, dimension {problem.dim}, Lambda = {problem.lam}. "
@@ -318,7 +319,7 @@ def run_pr_acceptance(runs: int) -> None:
         rows.append([name, "10", f"{tr.mean():.4f} +- {tr.std():.4f}", f"{te.mean():.4f} +- {te.std():.4f}",
                      f"{gap:.2f}", "yes" if gap <= 3 else "NO"])
     text = (f"# PR-ADMM acceptance on {label}\n\nCommand: `python benchmarks/p2p.py --only pr_acceptance`\n\n"
-            f"5 agents (paper 004 graph), K = {PR_K}, eta = {eta}, total eps = 10, delta = 1e-4, {runs} runs; "
+            f"5 agents (Ding et al. 2019 graph), K = {PR_K}, eta = {eta}, total eps = 10, delta = 1e-4, {runs} runs; "
             "accuracy of the released x~_i^K averaged over agents; gap = the larger of the train and test "
             "shortfalls, in points.\n\n"
             + md_table(["algorithm", "total eps", "train accuracy", "test accuracy", "gap (points)",
@@ -345,7 +346,7 @@ def main(argv=None):
     OUT.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if args.only in (None, "nfl"):
-        report, dump = ["# Peer-to-peer benchmarks: paper 002\n",
+        report, dump = ["# Peer-to-peer benchmarks: Gauthier et al. (2023)\n",
                         "Command: `python benchmarks/p2p.py --only nfl`\n"], {}
         reps = 2 if args.quick else 3
         eps_grid = (1.0, 10.0, 100.0) if args.quick else (1.0, 5.0, 10.0, 50.0, 100.0)
@@ -357,7 +358,7 @@ def main(argv=None):
         (OUT / "nfl.json").write_text(json.dumps(dump, indent=1, default=float))
     if args.only in (None, "pr_admm"):
         t1 = time.time()
-        report, dump = ["# Peer-to-peer benchmarks: paper 004 (PR-ADMM)\n",
+        report, dump = ["# Peer-to-peer benchmarks: Ding et al. (2019) (PR-ADMM)\n",
                         "Command: `python benchmarks/p2p.py --only pr_admm`\n"], {}
         runs = 2 if args.quick else 10
         run_pr(P2PBreastCancerData(), "breast cancer", (0.5, 0.02), runs, PR_EPS, report, dump, "breast_cancer")

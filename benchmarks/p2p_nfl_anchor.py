@@ -1,10 +1,11 @@
-"""Where does paper 002's "zCDP-NFL beats zCDP-grad-NFL" come from?  An anchor ablation (spec section 3).
+"""Where does Gauthier et al.'s (2023) "zCDP-NFL beats zCDP-grad-NFL" come from?  An anchor ablation
+(docs/algorithms.md, section 3).
 
 Usage::
 
     python benchmarks/p2p_nfl_anchor.py     # about 3 minutes; writes benchmarks/results/p2p/nfl_anchor.{md,json}
 
-zCDP-NFL's linearized step (spec section 3) is anchored at the node's own *release*::
+zCDP-NFL's linearized step (docs/algorithms.md, section 3) is anchored at the node's own *release*::
 
     x_i^{k+1} = (z_i / eta - f_i'(z_i) - lam_i + rho sum_j (xt_i + xt_j)) / (1/eta + 2 rho |N_i|),  z_i = xt_i^k
 
@@ -12,12 +13,13 @@ Everything but f_i'(z_i) is public, so the replace-one sensitivity is 2 G / (m_i
 (Lemma I) and the per-step zCDP accounting is valid.  This benchmark runs three anchors with that same
 noise calibration:
 
-* ``released``  z_i = xt_i^k -- the spec rule and the library's zCDP-NFL (checked bit-identical below);
+* ``released``  z_i = xt_i^k -- the published rule (docs/algorithms.md, eq. (3.1)) and the library's zCDP-NFL
+  (checked bit-identical below);
 * ``private``   z_i = x_i^k, the node's own noise-free iterate.  NOT differentially private with Lemma I's
   sensitivity: x_i^k is a hidden function of the data, so the release's sensitivity given the transcript is
   not 2 G / (m c) (it accumulates over steps).  Shown only to locate the effect; not offered by the library;
 * ``neighbourhood``  z_i = sum_j W_ij xt_j^k (Metropolis weights, a public post-processing of releases), so
-  Lemma I's sensitivity still holds.  Not in the spec either; an ablation.
+  Lemma I's sensitivity still holds.  Not in the paper either; an ablation.
 
 All arms and zCDP-grad-NFL (the library's) are tuned on noise seeds 1000-1001 over grids of similar size
 and evaluated on seeds 0-4: N = 20 Erdos-Renyi (average degree 4), 100 samples per node, T = 200,
@@ -187,8 +189,8 @@ def tune_and_eval(net, eps):
     return arms
 
 
-LABELS = {"released": "zCDP-NFL, anchor xt_i (spec, DP)", "private": "anchor x_i (NOT DP at Lemma I noise)",
-          "neighbourhood": "anchor sum_j W_ij xt_j (DP, not in spec)", "grad": "zCDP-grad-NFL (spec, DP)"}
+LABELS = {"released": "zCDP-NFL, anchor xt_i (as published, DP)", "private": "anchor x_i (NOT DP at Lemma I noise)",
+          "neighbourhood": "anchor sum_j W_ij xt_j (DP, not in the paper)", "grad": "zCDP-grad-NFL (as published, DP)"}
 
 
 def main():
@@ -221,7 +223,7 @@ def main():
             "||x_i^k(D) - x_i^k(D')|| / Delta_k for the private anchor (rho = 0.03, eta_k = 5/k): D' replaces "
             "one sample of node 0, both hidden trajectories follow the same transcript (`hidden_state_divergence`). "
             "A ratio above 1 means the release at step k moves by more than the sensitivity its noise was "
-            "calibrated to; with the spec's anchor the ratio is at most 1 by construction.", "",
+            "calibrated to; with the published anchor the ratio is at most 1 by construction.", "",
             "| problem | " + " | ".join(f"k = {k}" for k in DRIFT_STEPS) + " |",
             "|---|" + "---|" * len(DRIFT_STEPS)] + drift
     OUT.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""Can any (step, rho, budget, averaging) choice make zCDP-NFL beat zCDP-grad-NFL? (paper 002, spec section 3)
+"""Can any (step, rho, budget, averaging) choice make zCDP-NFL beat zCDP-grad-NFL?
+(Gauthier et al. 2023; docs/algorithms.md, section 3)
 
 Usage::
 

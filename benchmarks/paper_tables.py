@@ -1,4 +1,4 @@
-"""Reproduce paper 000's Tables 1-6 (MISE of FDP-ADMM) with the batched sweep engine.
+"""Reproduce Zhou & Xiang's (2022) Tables 1-6 (MISE of FDP-ADMM) with the batched sweep engine.
 
 On demand, not in CI.  For every table it runs ``scenarios/paper_table<N>.yaml`` (10500 runs
 at 100 repetitions: 5 quantile levels x 21 privacy settings), writes the sweep results to

@@ -3,7 +3,7 @@
     python benchmarks/privacy_utility.py [--eps 1] [--reps 20] [--first-seed 0]
         [--out benchmarks/results/privacy_utility]
 
-Paper 000's simulation design, n = 100000, K = 10 (pooled FPCA), c1 = 3, tau = 0.5, rho = 0.1,
+Zhou & Xiang's (2022) simulation design, n = 100000, K = 10 (pooled FPCA), c1 = 3, tau = 0.5, rho = 0.1,
 lam = 0.05, M in {10, 20, 50}, l1 and l2 penalties.  Every private run spends a total
 (eps, delta = 1e-5) per client for the whole run (ledger, PLD).  For every (repetition, M,
 penalty) the exact non-private centralized estimator of the same penalized problem on the pooled
@@ -283,7 +283,7 @@ def write_report(out: Path) -> None:
     summary = summarize(rows)
     eps_values = sorted({k[3] for k in summary}, key=lambda e: (e != 1.0, e))  # the acceptance column first
     lines = ["# Privacy-utility frontier (issue 9)", "",
-             ("`python benchmarks/privacy_utility.py` (see its docstring and docs/choosing_a_budget.md). Paper 000 "
+             ("`python benchmarks/privacy_utility.py` (see its docstring and docs/choosing_a_budget.md). Zhou & Xiang (2022) "
              "design, n = 100000, K = 10, tau = 0.5, delta = 1e-5 per client for the whole run. "
              "Ratio = private MISE / MISE of the exact non-private centralized estimator of the same penalized "
              "problem on the pooled scores clipped at c1 = 3, per repetition, then averaged (+- standard error). "

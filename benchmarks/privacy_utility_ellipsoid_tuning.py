@@ -2,7 +2,7 @@
 
     python benchmarks/privacy_utility_ellipsoid_tuning.py     # about 5 minutes on 2 shared cores
 
-Paper 000 design (n = 100000, K = 10, tau = 0.5), total eps = 1, delta = 1e-5 per client, l2 penalty,
+Zhou & Xiang (2022) design (n = 100000, K = 10, tau = 0.5), total eps = 1, delta = 1e-5 per client, l2 penalty,
 ``model.clip_shape: ellipsoid`` with Mahalanobis radius gamma (``clip_c1``), tail average of the last half,
 seeds 1000-1003 (the evaluation in benchmarks/privacy_utility.py uses seeds 0-19).  Prints the mean ratio
 private MISE / exact non-private MISE per (M, gamma, rounds, constant step).  Output recorded in

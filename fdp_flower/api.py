@@ -255,7 +255,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     """Fit a differentially private functional quantile regression by FDP-ADMM.
 
     Q_tau(y | X) = intercept + int beta(t) X(t) dt, with the rows split over simulated clients
-    that each release only Gaussian-noised iterates (paper 000; docs/api.md).
+    that each release only Gaussian-noised iterates (Zhou & Xiang 2022; docs/api.md).
 
     Parameters
     ----------
@@ -297,7 +297,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     response_offset : float
         A public constant subtracted from y on every client and added back to the intercept (default: 0).
     rho, step, estimator : float, float or None, str or None
-        ADMM penalty (default 0.1); a constant step eta (default: 3.0; paper 000's Theorem 2 step in
+        ADMM penalty (default 0.1); a constant step eta (default: 3.0; Zhou & Xiang's (2022) Theorem 2 step in
         per_round mode); the released estimator "last", "average" or "tail_average" (default:
         tail_average, the mean of the last half of the global iterates; last in per_round mode).
     seed : int
@@ -417,7 +417,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
             clip: float = 1.0, residual_bound: float = 1.0, intercept: bool = True, intercept_share: float = 0.5,
             seed: int = 0, out=None, data_dir=None, reference: bool = True, name: str = "fit_p2p") -> TabularModel:
     """Fit a linear model peer to peer (no server): zCDP-NFL, DP-NFL, zCDP-grad-NFL, PR-ADMM or
-    decentralized ADMM (papers 002 and 004; docs/api.md).
+    decentralized ADMM (Gauthier et al. 2023 and Ding et al. 2019; docs/api.md).
 
     Parameters
     ----------
@@ -492,7 +492,7 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
                  eta: float | None = None, clip: float = 1.0, neighbouring: str = "add_remove",
                  intercept: bool = True, intercept_share: float = 0.5, seed: int = 0, out=None, data_dir=None,
                  reference: bool = True, name: str = "fit_gradient") -> TabularModel:
-    """Fit a generalized lasso by DP-ADMM or DP-AccADMM with gradient perturbation (paper 003; docs/api.md).
+    """Fit a generalized lasso by DP-ADMM or DP-AccADMM with gradient perturbation (Xu et al. 2020; docs/api.md).
 
     min_x (1/n) sum_j l(x; a_j, y_j) + lam ||A x||_1 with A = I ("lasso") or the graph-guided
     A = [W; I] ("graph_guided", W estimated on the pooled rows, non-private as in the paper).
@@ -505,7 +505,7 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
     loss, tau : "logistic" (default), "quantile" or "absolute"; the quantile level.
     lam, constraint : weight of ||A x||_1 and the kind of A (defaults: 1e-3, "lasso"); the intercept is
         outside A x.
-    eps, delta : the total budget of the run (paper 003, Theorem 1, one calibration for all T rounds);
+    eps, delta : the total budget of the run (Xu et al. 2020, Theorem 1, one calibration for all T rounds);
         eps=None runs plain ADMM / AccADMM.
     neighbouring : "add_remove" (the paper's sensitivity c/m, default) or "replace_one" (2c/m).
     n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,

@@ -20,19 +20,31 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 
 
+class FederationEnv(dict):
+    """The environment (FLWR_HOME, PATH) under which `flwr` finds the test SuperLink, and the
+    `--federation-config` arguments of its simulation (the SuperNode count)."""
+
+    federation_config: list[str]
+
+
 @contextlib.contextmanager
 def simulation_superlink(tmp_path: Path, num_supernodes: int):
     """A `flower-superlink --simulation` on a free loopback port, registered as connection 'test';
-    yields the environment (FLWR_HOME, PATH) under which `flwr` finds it."""
+    yields a :class:`FederationEnv`."""
     with SimulationFederation(tmp_path, app_dir=REPO, connection="test", num_supernodes=num_supernodes) as fed:
-        yield fed.env
+        env = FederationEnv(fed.env)
+        env.federation_config = fed.federation_config()
+        yield env
 
 
-def flwr_run(env: dict[str, str], run_config: str, timeout: float = 600.0) -> tuple[str, dict, str]:
-    """`flwr run <repo> test --stream`, then the run's status from `flwr ls` (the exit code is not enough)."""
+def flwr_run(env: dict[str, str], run_config: str, timeout: float = 600.0, cwd: Path = REPO
+             ) -> tuple[str, dict, str]:
+    """`flwr run <repo> test --stream` in ``cwd``, then the run's status from `flwr ls` (the exit code is
+    not enough)."""
     proc = subprocess.run(
-        [str(BIN / "flwr"), "run", str(REPO), "test", "--stream", "--run-config", run_config],
-        env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        [str(BIN / "flwr"), "run", str(REPO), "test", "--stream", "--run-config", run_config,
+         *getattr(env, "federation_config", [])],
+        env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     output = proc.stdout + proc.stderr
     match = re.search(r"started run (\d+)", output)
     if not match:

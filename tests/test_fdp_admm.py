@@ -1,4 +1,4 @@
-"""FDP-ADMM update rules, noise calibration, ledger and convergence (spec sections 1 and 6)."""
+"""FDP-ADMM update rules, noise calibration, ledger and convergence (docs/algorithms.md, sections 1 and 6)."""
 from __future__ import annotations
 
 import numpy as np

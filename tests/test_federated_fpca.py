@@ -1,4 +1,4 @@
-"""Federated DP-FPCA (spec section 2, ``federated_dp``): release, sensitivity, aggregation, recovery."""
+"""Federated DP-FPCA (docs/algorithms.md, section 2, ``federated_dp``): release, sensitivity, aggregation, recovery."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""FPCA bases and the paper's simulation design (spec sections 1 and 2)."""
+"""FPCA bases and the paper's simulation design (docs/algorithms.md, sections 1 and 2)."""
 from __future__ import annotations
 
 import warnings

@@ -1,4 +1,5 @@
-"""DP-ADMM / DP-AccADMM (paper 003; spec section 5): update rules, Theorem 1, ledger, reference, engine."""
+"""DP-ADMM / DP-AccADMM (Xu et al. 2020; docs/algorithms.md, section 5): update rules, Theorem 1, ledger,
+reference, engine."""
 from __future__ import annotations
 
 import math

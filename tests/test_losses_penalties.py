@@ -1,4 +1,4 @@
-"""Losses, penalties and clipping (spec section 0)."""
+"""Losses, penalties and clipping (docs/algorithms.md, section 0)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Peer-to-peer update rules, sensitivities, budgets and references (spec sections 3 and 4)."""
+"""Peer-to-peer update rules, sensitivities, budgets and references (docs/algorithms.md, sections 3 and 4)."""
 import math
 
 import numpy as np
@@ -137,7 +137,8 @@ def test_schedules_and_paper_closed_forms():
     k, r_p, r_t = 50, 0.925, 0.015
     per = b.periodic_multipliers(k, r_p, 1)
     np.testing.assert_allclose(per[:3], [1, 1 / r_p, 1 / r_p**2])
-    # Theorem 3 of paper 004 has an extra -1 relative to the sum of its own schedule (spec section 4)
+    # Theorem 3 of Ding et al. (2019) has an extra -1 relative to the sum of its own schedule
+    # (docs/algorithms.md, eq. (4.9))
     q = k / 1
     thm3 = 1 * (1 - r_p**q) / (r_p ** (q - 1) - r_p**q) - 1
     assert per.sum() == pytest.approx(thm3 + 1, rel=1e-12)

@@ -1,4 +1,4 @@
-"""Schedule shapes and total-budget calibration (spec sections 1, 3, 4)."""
+"""Schedule shapes and total-budget calibration (docs/algorithms.md, sections 1, 3, 4)."""
 import logging
 
 import numpy as np

@@ -42,7 +42,7 @@ def test_scenario_file_with_overrides(tmp_path, capsys):
     assert code == 0 and out.startswith("small:")
     rows = table_rows(out)
     assert len(rows) == 2
-    assert float(rows[0][7]) == pytest.approx(0.3, rel=1e-3)  # paper 000's per-round figure
+    assert float(rows[0][7]) == pytest.approx(0.3, rel=1e-3)  # Zhou & Xiang's (2022) per-round figure
     assert rows[0][6] == "-"  # PLD skipped
     assert float(rows[0][5]) > 0.3  # five rounds spend more than one
 

@@ -1,4 +1,4 @@
-"""The papers' closed forms against the ledger (spec sections 1, 4, 5)."""
+"""The papers' closed forms against the ledger (docs/algorithms.md, sections 1, 4, 5)."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The ledger against direct dp-accounting computations (spec sections 0 and 6)."""
+"""The ledger against direct dp-accounting computations (docs/algorithms.md, sections 0 and 6)."""
 import math
 
 import dp_accounting

@@ -1,4 +1,4 @@
-"""The exact centralized reference (spec section 1): LP (HiGHS) and QP (Clarabel)."""
+"""The exact centralized reference (docs/algorithms.md, section 1): LP (HiGHS) and QP (Clarabel)."""
 from __future__ import annotations
 
 import numpy as np

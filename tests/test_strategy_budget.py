@@ -1,5 +1,5 @@
 """The Flower strategy's budget guard: a total-budget run never sends a round whose releases would
-exceed the budget (spec section 6)."""
+exceed the budget (docs/algorithms.md, section 6)."""
 from __future__ import annotations
 
 import numpy as np

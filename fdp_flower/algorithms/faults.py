@@ -4,7 +4,7 @@ Pure numpy; the in-process engine (injected failures) and the Flower strategy
 (real failures) call the same functions, so a round with the same set of
 failed clients gives the same state in both.
 
-Server-coordinated FDP-ADMM (spec section 1) with a set R of clients that
+Server-coordinated FDP-ADMM (docs/algorithms.md, section 1) with a set R of clients that
 replied in round l (the others "failed"):
 
 - wt_i^l = the released primal of i if i in R, else wt_i^{l-1} (its last
@@ -16,7 +16,7 @@ replied in round l (the others "failed"):
 With R = all clients this is exactly :meth:`FDPADMMState.advance` (same
 floating-point operations).  The running sums of the state add the held wt_i.
 
-Peer-to-peer algorithms (spec sections 3-4): a failed node keeps its state
+Peer-to-peer algorithms (docs/algorithms.md, sections 3-4): a failed node keeps its state
 (x_i, dual, last released xt_i); its neighbours use its last released vector
 (:func:`hold_failed_nodes`).
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -173,6 +174,9 @@ class FailureRecord:
     client: int
     reason: str
     charged: bool
+
+    #: the header of ``failures.csv`` (written also when no client failed)
+    COLUMNS: ClassVar[tuple[str, ...]] = ("round", "client", "reason", "charged")
 
     def to_row(self) -> dict:
         return {"round": self.round, "client": self.client, "reason": self.reason, "charged": int(self.charged)}

@@ -15,8 +15,8 @@ from fdp_flower.algorithms.fdp_admm.config import parse_scenario
 from fdp_flower.config.base import (
     ScenarioError,
     apply_overrides,
-    parse_override_string,
     read_yaml_file,
+    run_config_overrides,
     run_config_scenario_path,
     validate_mapping,
 )
@@ -67,6 +67,16 @@ def load_any_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | 
 
 
 def any_scenario_from_run_config(run_config: dict[str, Any]):
-    """The scenario named by a Flower run config (keys ``scenario`` and ``overrides``)."""
-    return load_any_scenario(run_config_scenario_path(run_config),
-                             parse_override_string(str(run_config.get("overrides", ""))))
+    """The scenario named by a Flower run config: the file ``scenario`` (of the app bundle unless
+    absolute), the free-form ``overrides`` and the typed keys (``num-server-rounds``, ``eps``, ...;
+    :data:`fdp_flower.config.base.RUN_CONFIG_FIELDS`)."""
+    path = run_config_scenario_path(run_config)
+    data = read_yaml_file(path)
+    algorithm = data.get("algorithm") if isinstance(data, dict) else None
+    kind = algorithm.get("kind", "fdp_admm") if isinstance(algorithm, dict) else "fdp_admm"
+    try:
+        family = family_of(str(kind))
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+    overrides = run_config_overrides(run_config, family)
+    return parse_any_scenario(apply_overrides(data, overrides) if overrides else data, str(path))

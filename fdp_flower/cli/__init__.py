@@ -18,7 +18,7 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
 
     from fdp_flower.algorithms.registry import family_of
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import write_csv
+    from fdp_flower.outputs.results import LEDGER_COLUMNS, write_csv
 
     if not args.scenario or args.resume:
         return None
@@ -41,7 +41,14 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
     if family == "p2p":
         from fdp_flower.engines.p2p import run_scenario, summarize
 
-        result = run_scenario(scenario)
+        steps = scenario.algorithm.steps
+
+        def progress(step: int, row: dict) -> None:
+            shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("released_normalized_error", "released_average_loss",
+                                                             "released_test_accuracy", "eps_rdp") if k in row)
+            print(f"[{step:>{len(str(steps))}}/{steps}] {shown}", flush=True)
+
+        result = run_scenario(scenario, progress=progress)
         rounds = len(next(iter(result.metrics.values())))
         write_csv(out / "history.csv", [{k: float(v[r]) for k, v in result.metrics.items()} for r in range(rounds)])
         np.savez(out / "iterates.npz", released=result.released, duals=result.duals)
@@ -53,14 +60,14 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
         write_csv(out / "history.csv", result.history)
         np.savez(out / "final.npz", x=result.state.x)
         summary = {"final": result.history[-1] if result.history else {}, "reference_objective": reference}
-    write_csv(out / "ledger.csv", result.ledger.to_rows())
+    write_csv(out / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in summary["final"].items()
                                 if isinstance(v, (int, float)) and k != "round"))
-    worst = result.ledger.worst_case(getattr(scenario.privacy, "delta", 1e-5), with_pld=False)
+    worst = result.ledger.worst_case(getattr(scenario.privacy, "delta", 1e-5))
     if worst is not None:
-        print(f"privacy spent per client/node (worst, {worst.releases} releases): eps = {worst.eps_rdp:.4f} (RDP) "
-              f"at delta = {worst.delta:g}")
+        print(f"privacy spent per client/node (worst, {worst.releases} releases): eps = {worst.eps:.4f} "
+              f"at delta = {worst.delta:g} (PLD accounting; RDP: {worst.eps_rdp:.4f})")
     print(f"results: {out}")
     return 0
 
@@ -116,9 +123,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _package_version() -> str:
+    """The installed distribution's version, or the package's own when running from a source tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fdp-flower")
+    except PackageNotFoundError:
+        from fdp_flower import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fdp-flower", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario (in process, or on Flower with --engine flower)")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (optional with --resume)")

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("partition", help="split a data set into per-node files (deployment)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", choices=["tecator", "paper"], help="tecator (from the sktime wheel) or paper "
-                                                                 "(the design of paper 000)")
+                                                                 "(the simulation design of Zhou & Xiang 2022)")
     p.add_argument("--nodes", type=int, required=True, help="number of node files")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--format", default="npz", choices=["npz", "csv", "parquet"], help="file type (default: npz)")

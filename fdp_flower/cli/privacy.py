@@ -146,7 +146,7 @@ def plot_curve(path: Path, full, pld_points, *, title: str, target: float | None
     if target is not None:
         ax.axhline(target, color="k", ls="--", lw=1, label="total budget")
     if per_round is not None:
-        ax.axhline(per_round, color="gray", ls=":", lw=1, label="paper 000: per-round eps")
+        ax.axhline(per_round, color="gray", ls=":", lw=1, label="Zhou & Xiang (2022): per-round eps")
     ax.set_xlabel("round")
     ax.set_ylabel("eps of the worst client")
     ax.set_title(title, fontsize=9)
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{scenario.name}: FDP-ADMM, M={len(sizes)} clients, L={scenario.algorithm.rounds} rounds, "
           f"K={getattr(scenario.basis, 'n_components', '?')}, {budget}")
     print(f"per client, replace-one neighbours, totals over all rounds at delta={delta:g}; "
-          f"'paper' = paper 000 Thm 1's per-round eps (not a total)")
+          f"'paper' = Zhou & Xiang (2022) Thm 1's per-round eps (not a total)")
     print(format_table(summaries, sizes, add_remove))
     worst = max(summaries, key=lambda s: s.zcdp_rho)
     print(f"worst client {worst.client}: eps = {worst.eps:.4g} at delta = {delta:g} (tightest accountant)")

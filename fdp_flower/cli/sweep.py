@@ -8,17 +8,22 @@ import sys
 from pathlib import Path
 
 
-def flower_command(scenario_path: str, overrides: list[str], resume: str | None = None) -> str:
+def flower_command(scenario_path: str, overrides: list[str], resume: str | None = None,
+                   typed: dict | None = None, results: Path | None = None, supernodes: int | None = None) -> str:
     """The ``flwr run`` command that runs this scenario on Flower (server_app.py reads the
-    same file, overrides and checkpoint to resume from)."""
+    same file, overrides, typed keys and checkpoint to resume from)."""
     config = f"scenario='{scenario_path}'"
     if overrides:
         config += " overrides='" + "; ".join(overrides) + "'"
+    for key, value in (typed or {}).items():
+        config += f" {key}={value!r}" if isinstance(value, str) else f" {key}={value}"
+    if results is not None:
+        config += f" results-dir='{results}'"
     if resume:
         config += f" resume='{resume}'"
-    if '"' in config:
-        return f"flwr run . --stream --run-config {shlex.quote(config)}"
-    return f'flwr run . --stream --run-config "{config}"'
+    quoted = shlex.quote(config) if '"' in config else f'"{config}"'
+    federation = f' --federation-config "num-supernodes={supernodes}"' if supernodes else ""
+    return f"flwr run . --stream --run-config {quoted}{federation}"
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -75,46 +80,73 @@ def _register_commands(sub) -> None:
 
 
 def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
-    """``fdp-flower run --engine flower``: see :func:`fdp_flower.engines.flower.run_on_simulation`.
+    """``fdp-flower run --engine flower`` (and ``./run.sh``): see
+    :func:`fdp_flower.engines.flower.run_on_simulation`.
 
-    With ``--resume`` the ServerApp continues the checkpoint's run; without a scenario file the
-    checkpoint's own scenario is written to a temporary file for the ServerApp and the clients.
+    The scenario is the positional file, else ``scenario`` of ``--run-config``, else the app's default
+    (``[tool.flwr.app.config]``); ``--run-config`` also takes the typed keys (``num-server-rounds=5
+    eps=0.8``).  With ``--resume`` the ServerApp continues the checkpoint's run; without a scenario file
+    the checkpoint's own scenario is written to a temporary file for the ServerApp and the clients.
+    Relative paths (scenario, ``--out``, ``results-dir``) are the caller's, resolved here.
     """
     import tempfile
 
-    from fdp_flower.config.base import ScenarioError, scenario_to_yaml
-    from fdp_flower.engines.flower import run_on_simulation
+    from fdp_flower.algorithms.registry import any_scenario_from_run_config
+    from fdp_flower.config.base import APP_DIR, ScenarioError, scenario_to_yaml
+    from fdp_flower.engines.flower import app_run_config, parse_site_config, run_on_simulation
 
-    if args.supernodes < 1:
-        raise ScenarioError(f"--supernodes must be >= 1, got {args.supernodes}")
-    scenario_path, temporary = args.scenario, None
+    try:
+        run_config = parse_site_config(args.run_config)
+    except ValueError as exc:
+        raise ScenarioError(f"--run-config: {exc}") from None
+    unknown = sorted(set(run_config) - set(app_run_config()))
+    if unknown:
+        raise ScenarioError(f"--run-config: unknown key(s) {', '.join(unknown)}; the app's keys are "
+                            f"{', '.join(app_run_config())}")
+    if "resume" in run_config or "overrides" in run_config:
+        raise ScenarioError("--run-config: give resume with --resume and overrides with --set")
+    scenario_path, temporary = args.scenario or run_config.pop("scenario", None), None
     if args.resume:
         from fdp_flower.algorithms.fdp_admm.config import parse_scenario
         from fdp_flower.config.base import apply_overrides
         from fdp_flower.outputs.checkpoint import check_resumable, read_checkpoint, resolve_checkpoint_path
 
         checkpoint = read_checkpoint(args.resume)
-        if args.scenario:
-            scenario = load_scenario(args.scenario, args.set)
-        else:
-            scenario = parse_scenario(apply_overrides(checkpoint.scenario.model_dump(mode="json"), args.set),
-                                      "checkpoint scenario")
+        if not scenario_path:
+            data = apply_overrides(checkpoint.scenario.model_dump(mode="json"), args.set)
+            parse_scenario(data, "checkpoint scenario")
             with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="fdp-flower-resume-", delete=False) as fh:
                 fh.write(scenario_to_yaml(checkpoint.scenario))
             scenario_path = temporary = fh.name
-        check_resumable(checkpoint, scenario)  # fail here, not inside the ServerApp
         resume = str(resolve_checkpoint_path(args.resume).resolve())
-        print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
-    elif not args.scenario:
-        raise ScenarioError("--engine flower needs a scenario file (or --resume)")
     else:
-        scenario, resume = load_scenario(args.scenario, args.set), None  # fail here, not in the ServerApp
-    results = Path(args.out or scenario.output.dir)
-    print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower; equivalent command on a running "
-          f"SuperLink: {flower_command(scenario_path, args.set, resume)}", flush=True)
+        scenario_path = scenario_path or str(APP_DIR / app_run_config()["scenario"])
+        resume = None
+    scenario_path = str(Path(scenario_path).expanduser().resolve())
     try:
+        # the ServerApp's own parsing (file, overrides, typed keys), here first: errors surface before any process
+        scenario = any_scenario_from_run_config({"scenario": scenario_path, "overrides": "; ".join(args.set),
+                                                 **run_config})
+        if args.resume:
+            check_resumable(checkpoint, scenario)
+            print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
+        results = Path(args.out or run_config.pop("results-dir", None) or scenario.output.dir).resolve()
+        # A resumed simulated run names each client in its messages (the server cannot tell a node's
+        # partition from a first reply once the duals are non-zero); a simulated SuperNode accepts a
+        # name only when there are fewer SuperNodes than clients, so a resumed run uses one by default.
+        default = 1 if args.resume else clients_of(scenario)
+        supernodes = default if args.supernodes is None else args.supernodes
+        if supernodes < 1:
+            raise ScenarioError(f"--supernodes must be >= 1, got {supernodes}")
+        if args.resume and supernodes >= clients_of(scenario):
+            raise ScenarioError(f"--resume on the simulation runtime needs fewer SuperNodes than clients "
+                                f"({clients_of(scenario)}), got --supernodes {supernodes}")
+        print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower with {supernodes} simulated "
+              f"SuperNodes; results under {results}", flush=True)
+        print(f"equivalent command on a running SuperLink: "
+              f"{flower_command(scenario_path, args.set, resume, run_config, results, supernodes)}", flush=True)
         run_id, status, out, _work = run_on_simulation(scenario_path, args.set, results, resume=resume,
-                                                       num_supernodes=args.supernodes,
+                                                       num_supernodes=supernodes, run_config=run_config,
                                                        echo=lambda line: print(line, flush=True))
     finally:
         if temporary:
@@ -133,6 +165,17 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
     return 0
 
 
+def clients_of(scenario) -> int:
+    """The number of clients (graph nodes for peer-to-peer) of a scenario of any family: one simulated
+    SuperNode each, as in a deployment."""
+    federation = getattr(scenario, "federation", None)
+    if federation is not None:
+        return int(federation.num_clients)
+    from fdp_flower.algorithms.p2p.config import build_graph
+
+    return int(build_graph(scenario.topology, scenario.seed).num_nodes)
+
+
 def extend_run(sub) -> None:
     """Add ``--engine`` and plots to ``fdp-flower run`` (its parser lives in cli.py).
 
@@ -147,27 +190,31 @@ def extend_run(sub) -> None:
     run.add_argument("--engine", choices=("inprocess", "flower"), default="inprocess",
                      help="inprocess: run here (fast); flower: start a local SuperLink with Flower's simulation "
                           "runtime and `flwr run` the scenario on it")
-    run.add_argument("--supernodes", type=int, default=2, metavar="N",
-                     help="--engine flower: simulated SuperNodes (each simulates several clients when there "
-                          "are more clients; default 2, as Flower's local simulation)")
+    run.add_argument("--supernodes", type=int, default=None, metavar="N",
+                     help="--engine flower: simulated SuperNodes (default: one per client, with --resume one; "
+                          "with fewer than clients, each simulates several clients)")
+    run.add_argument("--run-config", default="", metavar="'KEY=VALUE ...'",
+                     help="--engine flower: keys of the app's [tool.flwr.app.config] as `flwr run --run-config` "
+                          "takes them, e.g. 'num-server-rounds=5 eps=0.8' or \"scenario='scenarios/x.yaml'\"")
     run.add_argument("--no-plots", action="store_true", help="skip convergence.png")
     inner = run.get_default("func")
 
     def run_with_engine(args: argparse.Namespace) -> int:
-        from fdp_flower.algorithms.fdp_admm.config import Scenario
         from fdp_flower.algorithms.registry import load_any_scenario as load_scenario
 
         if args.engine == "flower":
             return _run_on_flower(args, load_scenario)
+        if args.run_config or args.supernodes is not None:
+            from fdp_flower.config.base import ScenarioError
+
+            raise ScenarioError("--run-config and --supernodes need --engine flower")
         code = inner(args)
         if code == 0 and not args.no_plots and args.scenario:
-            from fdp_flower.outputs.plots import plot_run_history
-            from fdp_flower.outputs.results import read_csv
+            from fdp_flower.outputs.plots import plot_results_dir
 
             scenario = load_scenario(args.scenario, args.set)
-            out = Path(args.out or f"{scenario.output.dir}/{scenario.name}")
-            if isinstance(scenario, Scenario) and (out / "history.csv").is_file():
-                path = plot_run_history(read_csv(out / "history.csv"), out / "convergence.png", scenario.name)
+            path = plot_results_dir(Path(args.out or f"{scenario.output.dir}/{scenario.name}"))
+            if path is not None:
                 print(f"plot: {path}")
         return code
 

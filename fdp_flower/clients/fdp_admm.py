@@ -1,4 +1,4 @@
-"""FDP-ADMM client worker: one local step on the client's own data (spec section 1, step 1).
+"""FDP-ADMM client worker: one local step on the client's own data (docs/algorithms.md, eq. (1.2)).
 
 The step is a pure function of (scenario, partition, features, message contents); the
 algorithm's state (w, g_i, wt_i) lives on the server.  What a node keeps between rounds is a

@@ -1,4 +1,4 @@
-"""DP-ADMM / DP-AccADMM client worker (paper 003; spec section 5), Flower Message API.
+"""DP-ADMM / DP-AccADMM client worker (Xu et al. 2020; docs/algorithms.md, section 5), Flower Message API.
 
 The client is stateless: given its data and the message contents (the server's
 extrapolated point xh_{t-1} and the round t) it returns its noisy local gradient

@@ -1,4 +1,4 @@
-"""Peer-to-peer client worker: one round of one graph node (spec sections 3 and 4).
+"""Peer-to-peer client worker: one round of one graph node (docs/algorithms.md, sections 3 and 4).
 
 The relay sends node i one message per round with its own state (last release,
 dual, link statistics) and its neighbours' releases only; the worker runs

@@ -140,9 +140,73 @@ def parse_override_string(text: str) -> list[str]:
 
 
 
-def run_config_scenario_path(run_config: dict[str, Any]) -> Path:
-    """The scenario file named by a Flower run config (key ``scenario``), resolved against the
-    working directory, then the app directory."""
+def run_config_scenario_path(run_config: dict[str, Any], app_dir: Path = APP_DIR) -> Path:
+    """The scenario file named by a Flower run config (key ``scenario``).
+
+    An absolute path is taken as is.  A relative path names a file of the app bundle (``app_dir``: the
+    directory the SuperLink unpacked the FAB into, the repository root when run from source) and
+    nothing else: a file of the same name in the SuperLink's working directory is never read.
+    """
     if "scenario" not in run_config:
         raise ScenarioError("run config: missing key 'scenario' (path to a scenario YAML file)")
-    return resolve_scenario_path(str(run_config["scenario"]), [APP_DIR])
+    path = Path(str(run_config["scenario"])).expanduser()
+    if path.is_absolute():
+        return path
+    if not (app_dir / path).is_file():
+        raise ScenarioError(f"run config: scenario {str(path)!r} is not in the app bundle ({app_dir}); "
+                            "give an absolute path for a file outside the app")
+    return app_dir / path
+
+
+#: ``[tool.flwr.app.config]`` keys that set one scenario field (``flwr run --run-config "eps=0.8"``),
+#: per algorithm family: key -> (type, {family: dotted scenario field}).  A key whose value is
+#: :data:`RUN_CONFIG_UNSET` (the pyproject default) leaves the scenario's value.
+RUN_CONFIG_FIELDS: dict[str, tuple[type, dict[str, str]]] = {
+    "num-server-rounds": (int, {"fdp_admm": "algorithm.rounds", "gradient_admm": "algorithm.rounds",
+                                "p2p": "algorithm.steps"}),
+    "eps": (float, {"fdp_admm": "privacy.eps", "gradient_admm": "privacy.eps", "p2p": "privacy.eps"}),
+    "delta": (float, {"fdp_admm": "privacy.delta", "gradient_admm": "privacy.delta", "p2p": "privacy.delta"}),
+    "tau": (float, {"fdp_admm": "model.loss.tau"}),
+    "lam": (float, {"fdp_admm": "model.penalty.lam", "gradient_admm": "model.lam", "p2p": "data.lam"}),
+    "seed": (int, {"fdp_admm": "seed", "gradient_admm": "seed", "p2p": "seed"}),
+    "num-clients": (int, {"fdp_admm": "federation.num_clients", "gradient_admm": "federation.num_clients",
+                          "p2p": "topology.num_nodes"}),
+}
+#: The value of a typed key that means "the scenario's value" (every mapped field is >= 0).
+RUN_CONFIG_UNSET = -1
+
+
+def run_config_field_overrides(run_config: dict[str, Any], family: str) -> dict[str, Any]:
+    """The scenario fields set by the typed keys of a Flower run config (:data:`RUN_CONFIG_FIELDS`):
+    ``{"privacy.eps": 0.8, ...}``, only for keys whose value is not :data:`RUN_CONFIG_UNSET`.
+
+    A value of the wrong type, or a key that has no field in ``family``, is a one-line
+    :class:`ScenarioError`.  Range checks are the scenario schema's.
+    """
+    fields: dict[str, Any] = {}
+    for key, (kind, paths) in RUN_CONFIG_FIELDS.items():
+        value = run_config.get(key, RUN_CONFIG_UNSET)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ScenarioError(f"run config: {key} = {value!r} must be a number ({RUN_CONFIG_UNSET}: the "
+                                "scenario's value)")
+        if value == RUN_CONFIG_UNSET:
+            continue
+        if kind is int and value != int(value):
+            raise ScenarioError(f"run config: {key} = {value!r} must be an integer")
+        if family not in paths:
+            raise ScenarioError(f"run config: {key} has no meaning for {family} scenarios; leave it at "
+                                f"{RUN_CONFIG_UNSET} (set the scenario field with `overrides`)")
+        fields[paths[family]] = kind(value)
+    return fields
+
+
+def run_config_overrides(run_config: dict[str, Any], family: str) -> dict[str, Any]:
+    """Every scenario override of a Flower run config: the free-form ``overrides`` string, then the
+    typed keys; a field set by both is a :class:`ScenarioError` (two values, no silent winner)."""
+    free = dict(_split_override(o) for o in parse_override_string(str(run_config.get("overrides", "") or "")))
+    typed = run_config_field_overrides(run_config, family)
+    both = sorted(set(free) & set(typed))
+    if both:
+        raise ScenarioError(f"run config: {', '.join(both)} set both by a typed key and in `overrides`; "
+                            "set it once")
+    return {**free, **typed}

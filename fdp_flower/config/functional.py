@@ -15,7 +15,7 @@ from fdp_flower.config.base import _Frozen, tagged_union
 
 # ---------------------------------------------------------------- data sources
 class PaperSimulation(_Frozen):
-    """The functional design of paper 000, Section 5 (spec section 1)."""
+    """The functional design of Zhou & Xiang (2022), Section 5 (docs/algorithms.md, section 1)."""
 
     kind: Literal["paper_simulation"] = Field("paper_simulation", description="variant tag")
     n_samples: int = Field(100_000, ge=2, le=10_000_000, description="total samples n over all clients")
@@ -105,7 +105,8 @@ class FixedBasis(_Frozen):
 
 
 class FederatedDPBasis(_Frozen):
-    """FPCA from noisy covariance summaries of the clients (spec section 2; :mod:`fdp_flower.functional.federated_fpca`)."""
+    """FPCA from noisy covariance summaries of the clients (docs/algorithms.md, section 2;
+    :mod:`fdp_flower.functional.federated_fpca`)."""
 
     kind: Literal["federated_dp"] = Field("federated_dp", description="variant tag")
     n_components: int = Field(10, ge=1, le=200, description="K")

@@ -43,7 +43,7 @@ class ModelConfig(_Frozen):
 # ---------------------------------------------------------------- step sizes
 class Theorem2Step(_Frozen):
     kind: Literal["theorem2"] = Field("theorem2", description="variant tag")
-    scale: float = Field(60.0, gt=0, le=1e4, description="multiplier of paper 000 Theorem 2's step (1 = the paper's; 60 converges in tens of rounds on the paper design)")
+    scale: float = Field(60.0, gt=0, le=1e4, description="multiplier of Zhou & Xiang (2022) Theorem 2's step (1 = the paper's; 60 converges in tens of rounds on the paper design)")
     c_w: float = Field(1.5, gt=0, description="a-priori bound on ||w*||")
 
 
@@ -73,14 +73,15 @@ class ConstantSchedule(_Frozen):
 
 
 class GeometricSchedule(_Frozen):
-    """rho_l = rho_1 ratio^(l-1): the per-round zCDP grows, the noise variance shrinks (spec section 3)."""
+    """rho_l = rho_1 ratio^(l-1): the per-round zCDP grows, the noise variance shrinks (docs/algorithms.md,
+    eq. (3.6))."""
 
     kind: Literal["geometric"] = Field("geometric", description="variant tag")
     ratio: float = Field(1.05, ge=1, le=10, description="ratio rho_{l+1} / rho_l (>= 1)")
 
 
 class PeriodicSchedule(_Frozen):
-    """sigma_l^2 = sigma_1^2 decay^floor((l-1)/period) (paper 004, eq. (14))."""
+    """sigma_l^2 = sigma_1^2 decay^floor((l-1)/period) (Ding et al. 2019, eq. (14))."""
 
     kind: Literal["periodic"] = Field("periodic", description="variant tag")
     decay: float = Field(0.925, gt=0, le=1, description="R_P: factor on sigma^2 every `period` rounds")
@@ -88,7 +89,7 @@ class PeriodicSchedule(_Frozen):
 
 
 class IterationSchedule(_Frozen):
-    """rho_1 in round 1, rho_{k+1} = rate k (k+1) rho_1 (paper 004, eq. (15) in its rho form)."""
+    """rho_1 in round 1, rho_{k+1} = rate k (k+1) rho_1 (Ding et al. 2019, eq. (15) in its rho form)."""
 
     kind: Literal["iteration"] = Field("iteration", description="variant tag")
     rate: float = Field(0.015, gt=0, le=1e6, description="R_T: growth rate of the per-round zCDP")

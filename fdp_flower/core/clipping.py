@@ -1,4 +1,4 @@
-"""Client-side row clipping of features to the public bound c1 (spec section 0)."""
+"""Client-side row clipping of features to the public bound c1 (docs/algorithms.md, section 0)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Per-sample losses with subgradients and per-sample gradient bounds (spec section 0).
+"""Per-sample losses with subgradients and per-sample gradient bounds (docs/algorithms.md, section 0).
 
 Every function works on a batch of clients at once: ``features`` has shape
 ``(..., m, K)``, ``response`` ``(..., m)`` and ``w`` ``(..., K)``; leading

@@ -1,4 +1,4 @@
-"""Penalties P(w) and their subgradients P'(w) (spec section 0; P'(0) = 0)."""
+"""Penalties P(w) and their subgradients P'(w) (docs/algorithms.md, section 0; P'(0) = 0)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""Step-size schedules eta_i^l (spec section 1)."""
+"""Step-size schedules eta_i^l (docs/algorithms.md, section 1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +46,7 @@ def theorem2_base(
 ) -> np.ndarray:
     """c_w / sqrt(2) * ((c1 + lam c2 / M)^2 + K (2 c1 z / m)^2)^(-1/2).
 
-    Paper 000, Theorem 2 with the 1/sqrt(l) factor left out.  With the paper's
+    Zhou & Xiang (2022), Theorem 2 with the 1/sqrt(l) factor left out.  With the paper's
     per-round rule z = sqrt(2 ln(1.25/delta)) / eps the noise term is exactly its
     8 K c1^2 ln(1.25/delta) / (m^2 eps^2); in total-budget mode z is the
     calibrated multiplier.  ``noise_multiplier=None`` (privacy off) drops it.

@@ -84,10 +84,11 @@ class Federation:
         self.processes.append(proc)
         return proc
 
-    def _write_connection(self, options: str = "") -> None:
+    def _write_connection(self) -> None:
+        """``$FLWR_HOME/config.toml``: the one connection ``connection`` to our SuperLink, the default."""
         (self.workdir / "flwr_home" / "config.toml").write_text(
             f'[superlink]\ndefault = "{self.connection}"\n\n[superlink.{self.connection}]\n'
-            f'address = "127.0.0.1:{self.link_port}"\ninsecure = true\n{options}')
+            f'address = "127.0.0.1:{self.link_port}"\ninsecure = true\n')
 
     def start(self, timeout: float = 60.0) -> Federation:
         raise NotImplementedError
@@ -113,16 +114,22 @@ class Federation:
             proc.wait()
         return "".join(lines)
 
-    def run(self, run_config: dict[str, str], timeout: float = 600.0, echo=None) -> tuple[int, str]:
+    def federation_config(self) -> list[str]:
+        """Extra ``flwr run`` arguments of this federation (the simulation's SuperNode count)."""
+        return []
+
+    def run(self, run_config: dict[str, object], timeout: float = 600.0, echo=None) -> tuple[int, str]:
         """``flwr run`` the app with ``run_config``; wait until it finishes; returns (run id, status).
 
-        ``echo``: called with every output line of ``flwr run --stream`` while it runs (default: none,
-        the output is written to ``flwr_run.log``).
+        ``run_config``: values as the app's ``[tool.flwr.app.config]`` types them (str, int, float,
+        bool).  ``echo``: called with every output line of ``flwr run --stream`` while it runs (default:
+        none, the output is written to ``flwr_run.log``).
         """
         cfg = self.workdir / "run_config.toml"
-        cfg.write_text("".join(f"{k} = {json.dumps(str(v))}\n" for k, v in run_config.items()))
+        cfg.write_text("".join(f"{json.dumps(str(k))} = {toml_value(v)}\n" for k, v in run_config.items()))
         start = time.monotonic()
-        args = ("run", str(self.app_dir), self.connection, "--run-config", str(cfg), "--stream")
+        args = ("run", str(self.app_dir), self.connection, "--run-config", str(cfg), *self.federation_config(),
+                "--stream")
         if echo is None:
             proc = self._flwr(*args, timeout=timeout)
             output = proc.stdout + proc.stderr
@@ -301,22 +308,29 @@ class LoopbackFederation(Federation):
 class SimulationFederation(Federation):
     """Flower's simulation runtime behind a real SuperLink (``flower-superlink --simulation``) with
     ``num_supernodes`` simulated SuperNodes (each simulates several clients when there are more
-    clients than SuperNodes)."""
+    clients than SuperNodes).
+
+    Flower 1.41 keeps the simulation settings at the SuperLink, not in ``config.toml`` (its
+    ``options.*`` connection fields are deprecated since 1.28): every run passes them with
+    ``flwr run ... --federation-config "num-supernodes=N client-resources-num-cpus=C"``.
+    """
 
     num_supernodes: int = 2
     cpus_per_supernode: int = 1
+
+    def federation_config(self) -> list[str]:
+        return ["--federation-config", f"num-supernodes={self.num_supernodes} "
+                                       f"client-resources-num-cpus={self.cpus_per_supernode}"]
 
     def start(self, timeout: float = 60.0) -> SimulationFederation:
         if self.num_supernodes < 1:
             raise ValueError(f"the simulation needs at least one SuperNode, got {self.num_supernodes}")
         (self.workdir / "flwr_home").mkdir(parents=True, exist_ok=True)
         self.link_port = free_port()
-        self._write_connection(f"options.num-supernodes = {self.num_supernodes}\n"
-                               f"options.backend.client-resources.num-cpus = {self.cpus_per_supernode}\n")
+        self._write_connection()
         link = self._spawn("superlink", [_bin("flower-superlink"), "--insecure", "--simulation",
                                          "--disable-runtime-dependency-installation", "--host", "127.0.0.1",
-                                         "--port", str(self.link_port),
-                                         "--fleet-api-address", f"127.0.0.1:{free_port()}"])
+                                         "--port", str(self.link_port)])
         _wait_port(self.link_port, timeout, link)
         return self
 
@@ -329,15 +343,29 @@ def is_flower_app_dir(path: Path) -> bool:
         return False
 
 
+def app_run_config(app_dir: Path = APP_DIR) -> dict[str, object]:
+    """The app's run config defaults: ``[tool.flwr.app.config]`` of its pyproject.toml."""
+    import tomllib
+
+    with open(Path(app_dir) / "pyproject.toml", "rb") as fh:
+        return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
+
+
 def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: str | Path, *,
-                      resume: str | None = None, num_supernodes: int = 2, echo=print, timeout: float = 3600.0,
+                      resume: str | None = None, num_supernodes: int = 2, run_config: dict | None = None,
+                      echo=print, timeout: float = 3600.0,
                       app_dir: Path = APP_DIR) -> tuple[int, str, Path | None, Path]:
     """Run a scenario file with ``flwr run`` on a SuperLink with Flower's simulation runtime, started
-    here and stopped afterwards (``fdp-flower run --engine flower``).
+    here and stopped afterwards (``fdp-flower run --engine flower``, ``./run.sh``).
 
-    Returns (run id, run status from ``flwr ls``, the run's results directory or None, the work dir
-    with FLWR_HOME and the process logs -- removed when the run completed).  ``resume``: a
-    checkpoint of the same FDP-ADMM scenario to continue from (run config ``resume``).  The ServerApp writes its results under ``results_dir``.
+    The SuperLink is our own (a free loopback port, ``FLWR_HOME`` in a new temp dir): a SuperLink
+    somebody else runs on this machine is never used.  Returns (run id, the status of that run id from
+    ``flwr ls``, the run's results directory or None, the work dir with FLWR_HOME and the process logs --
+    removed when the run completed).  ``results_dir`` and ``scenario`` are resolved against the
+    caller's working directory here, so the ServerApp (working directory: the work dir) writes where
+    the caller expects.  ``run_config``: further typed keys of ``[tool.flwr.app.config]``
+    (``num-server-rounds``, ``eps``, ...).  ``resume``: a checkpoint of the same FDP-ADMM scenario to
+    continue from.
     """
     if not is_flower_app_dir(app_dir):
         raise RuntimeError(f"{app_dir} is not the fdp-flower Flower app (no [tool.flwr.app] in pyproject.toml): "
@@ -348,8 +376,9 @@ def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: s
     with SimulationFederation(work, app_dir=app_dir, num_supernodes=num_supernodes) as fed:
         echo(f"SuperLink (simulation runtime, {num_supernodes} SuperNodes) on 127.0.0.1:{fed.link_port}, "
              f"PID {fed.processes[0].pid}; logs in {work}")
-        run_id, status = fed.run({"scenario": str(Path(scenario).resolve()), "overrides": "; ".join(overrides),
-                                  "results-dir": str(results), "resume": resume or ""}, timeout=timeout, echo=echo)
+        run_id, status = fed.run({**(run_config or {}), "scenario": str(Path(scenario).resolve()),
+                                  "overrides": "; ".join(overrides), "results-dir": str(results),
+                                  "resume": resume or ""}, timeout=timeout, echo=echo)
         if status != "finished:completed":
             details = fed.run_info(run_id).get("status-details", "")
             echo(f"run {run_id} ended {status}: {details}")

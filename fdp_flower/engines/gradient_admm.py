@@ -1,4 +1,4 @@
-"""In-process engine of DP-ADMM / DP-AccADMM (paper 003; spec section 5) without Flower.
+"""In-process engine of DP-ADMM / DP-AccADMM (Xu et al. 2020; docs/algorithms.md, section 5) without Flower.
 
 Every round it calls the same functions the Flower client and strategy call
 (:func:`fdp_flower.algorithms.gradient_admm.update.client_release` per client,
@@ -84,7 +84,7 @@ class GradientADMMProblem:
 
     @property
     def gradient_bound(self) -> float:
-        """c: per-sample gradient bound of the loss for rows with ||a|| <= c1 (spec section 0)."""
+        """c: per-sample gradient bound of the loss for rows with ||a|| <= c1 (docs/algorithms.md, section 0)."""
         return float(self.loss.gradient_bound(self.c1))
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +97,7 @@ class GradientADMMProblem:
 
 @dataclass(frozen=True)
 class GradientPrivacy:
-    """Theorem 1 of paper 003: a total (eps, delta) over ``rounds`` releases per client."""
+    """Theorem 1 of Xu et al. (2020): a total (eps, delta) over ``rounds`` releases per client."""
 
     eps: float
     delta: float
@@ -246,7 +246,7 @@ def load_scenario_data(scenario) -> ScenarioData:
     over the clients (seeded by ``scenario.seed``) and build A.  Deterministic: every engine, and every
     Flower node, gets the same partitions.
 
-    A = [W; I] is estimated on the pooled training rows (non-private, as in paper 003).
+    A = [W; I] is estimated on the pooled training rows (non-private, as in Xu et al. (2020)).
     A caller's arrays (``data.kind: arrays``) come already split, one file per client; with
     ``data.intercept`` every row gets the intercept column of
     :func:`fdp_flower.core.clipping.intercept_design` and A a zero column for it (the intercept

@@ -1,4 +1,4 @@
-"""In-process engine of the peer-to-peer mode (spec sections 3 and 4).
+"""In-process engine of the peer-to-peer mode (docs/algorithms.md, sections 3 and 4).
 
 Runs every node's round with :func:`fdp_flower.algorithms.p2p.node.node_round` -- the same
 function the Flower relay's client calls, on the same arrays in the same order,
@@ -74,7 +74,7 @@ def evaluate(problem: NetworkProblem, xs: np.ndarray) -> dict:
 
 def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, seed: int,
             metrics_every: int = 1, on_round=None, failure_rate: float = 0.0,
-            failure_seed: int | None = None) -> P2PResult:
+            failure_seed: int | None = None, progress=None, accounting_delta: float = 1e-5) -> P2PResult:
     """Run ``algorithm`` for ``algorithm.steps`` rounds on ``graph``.
 
     Parameters
@@ -97,6 +97,10 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
         A failed node computes and releases nothing (no ledger entry); its state is held
         and its neighbours use its last released vector (:func:`fdp_flower.algorithms.faults.hold_failed_nodes`).
         (default: 0.0)
+    progress : callable or None
+        Called as ``progress(round, row)`` about twenty times per run and after the last round, with
+        ``row`` the metrics of the released vectors (``released_normalized_error``, ...) and, when
+        private, ``eps_rdp``, the worst node's RDP eps at ``accounting_delta`` (default: None).
     """
     n, k = problem.num_nodes, problem.dim
     if graph.num_nodes != n:
@@ -150,6 +154,12 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
                 arr[r] = hold_failed_nodes(arr[r - 1], arr[r], ~failed[r])
         if on_round is not None:
             on_round(r, states)
+        if progress is not None and (r % max(1, steps // 20) == 0 or r == steps):
+            row = {f"released_{key}": float(np.asarray(val)) for key, val in evaluate(problem, released[r]).items()}
+            worst = ledger.worst_case(accounting_delta, with_pld=False)
+            if worst is not None:
+                row["eps_rdp"] = float(worst.eps_rdp)
+            progress(r, row)
     rounds = np.unique(np.r_[np.arange(0, steps + 1, metrics_every), steps])
     metrics = {"round": rounds}
     for name, xs in (("primal", primal[rounds]), ("released", released[rounds])):
@@ -159,11 +169,12 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
 
 
 def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | None = None,
-                 metrics_every: int = 1) -> P2PResult:
+                 metrics_every: int = 1, progress=None) -> P2PResult:
     """Build graph, problem and algorithm of a :class:`fdp_flower.algorithms.p2p.config.P2PScenario` and run it.
 
     The graph and the data come from ``scenario.seed``; repetition r draws its noise with seed
-    ``scenario.seed + r``.  Pass ``problem`` to reuse an already built one (same scenario data).
+    ``scenario.seed + r``.  Pass ``problem`` to reuse an already built one (same scenario data);
+    ``progress`` as in :func:`run_p2p` (eps at the scenario's delta).
     """
     from fdp_flower.algorithms.p2p.config import build_algorithm, build_graph, build_problem
 
@@ -171,7 +182,8 @@ def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | Non
     if problem is None:
         problem = build_problem(scenario.data, graph.num_nodes, scenario.seed)
     algorithm = build_algorithm(scenario.algorithm, scenario.privacy, problem)
-    return run_p2p(problem, graph, algorithm, seed=scenario.seed + repetition, metrics_every=metrics_every)
+    return run_p2p(problem, graph, algorithm, seed=scenario.seed + repetition, metrics_every=metrics_every,
+                   progress=progress, accounting_delta=scenario.privacy.delta)
 
 
 def summarize(result: P2PResult, delta: float) -> dict:

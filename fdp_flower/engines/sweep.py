@@ -66,7 +66,7 @@ class SweepConfig(BaseModel):
                                         description="alternative override sets (dotted field -> value), "
                                                     "combined with every grid point; empty: one case")
     estimator: Literal["final", "average", "scenario"] = Field(
-        "final", description="the estimate summarised: final = w^L (paper 000's output), "
+        "final", description="the estimate summarised: final = w^L (Zhou & Xiang's (2022) output), "
                              "average = wbar^L = (1/L) sum_l w^l, scenario = each configuration's "
                              "algorithm.estimator (all post-processing, free)")
     engine: Literal["batched", "inprocess"] = Field(
@@ -75,7 +75,7 @@ class SweepConfig(BaseModel):
     workers: int | None = Field(None, ge=1, le=256, description="worker processes (null: the CPU count, "
                                                                 "at most the number of repetitions)")
     history: bool = Field(True, description="keep per-round MISE and privacy spent (mean over repetitions)")
-    paper_table: int | None = Field(None, ge=1, le=6, description="paper 000's table this sweep reproduces "
+    paper_table: int | None = Field(None, ge=1, le=6, description="Zhou & Xiang's (2022) table this sweep reproduces "
                                                                    "(fdp-flower report puts its numbers beside ours)")
 
     @field_validator("grid")
@@ -285,6 +285,7 @@ def summarize_sweep(result: SweepResult) -> dict:
             "tau": sc.model.loss.tau, "penalty": sc.model.penalty.kind, "num_clients": sc.federation.num_clients,
             "private": sc.privacy.enabled, "eps": sc.privacy.eps if sc.privacy.enabled else None,
             "delta": sc.privacy.delta if sc.privacy.enabled else None, "rounds": sc.algorithm.rounds,
+            "mode": sc.privacy.mode if sc.privacy.enabled else None,
             "repetitions": int(n), "mise_mean": float(vals.mean()),
             "mise_std": float(vals.std(ddof=1)) if n > 1 else 0.0,
             "mise_se": float(vals.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0,

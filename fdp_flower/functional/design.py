@@ -1,4 +1,4 @@
-"""The simulation design of paper 000, Section 5, and the MISE metric.
+"""The simulation design of Zhou & Xiang (2022), Section 5, and the MISE metric.
 
 beta(t) = sum_{k<=50} w_k phi_k(t), w_1 = 0.3, w_k = 4 (-1)^{k+1} k^{-2};
 phi_1 = 1, phi_k = sqrt 2 cos((k-1) pi t); X_i = sum_k A_ik phi_k with

@@ -1,4 +1,4 @@
-"""Federated DP-FPCA (spec section 2, basis ``federated_dp``): pure functions.
+"""Federated DP-FPCA (docs/algorithms.md, section 2, basis ``federated_dp``): pure functions.
 
 Each client expands its curves in a fixed, data-independent pre-basis psi_1..psi_B
 (orthonormal in L2 on the grid), clips every coefficient vector c_ij to

@@ -1,4 +1,4 @@
-"""Functional bases: curves on a common grid -> K scores (spec section 2).
+"""Functional bases: curves on a common grid -> K scores (docs/algorithms.md, section 2).
 
 A :class:`FunctionalBasis` is plain arrays (grid, mean, components, quadrature
 weights), so a server can fit it and ship it to clients, which project their

@@ -239,7 +239,7 @@ def write_node_file(path: str | Path, data: CurveData) -> Path:
 
 
 # ------------------------------------------------------------------ data sets and partitions
-TECATOR_INSTALL_HINT = ("the Tecator spectra ship inside the sktime wheel: pip install --no-deps sktime "
+TECATOR_INSTALL_HINT = ("the Tecator spectra ship inside the sktime wheel: pip install --no-deps 'sktime>=0.30' "
                         "(only its data files are read; sktime itself is never imported)")
 TECATOR_WAVELENGTHS = (850.0, 1050.0)
 
@@ -291,7 +291,7 @@ def load_tecator() -> CurveData:
 
 def load_dataset(name: str, *, seed: int = 0, n_samples: int = 3000, tau: float = 0.5,
                  grid_points: int = 100) -> CurveData:
-    """A named data set: ``tecator`` or ``paper`` (the design of paper 000, ``n_samples`` curves)."""
+    """A named data set: ``tecator`` or ``paper`` (the design of Zhou & Xiang (2022), ``n_samples`` curves)."""
     if name == "tecator":
         return load_tecator()
     if name == "paper":

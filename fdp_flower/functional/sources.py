@@ -18,7 +18,7 @@ from fdp_flower.functional.design import CurveData
 
 @dataclass(frozen=True)
 class PaperSimulationSource:
-    """The simulated design of paper 000, Section 5 (:mod:`fdp_flower.functional.design`).
+    """The simulated design of Zhou & Xiang (2022), Section 5 (:mod:`fdp_flower.functional.design`).
 
     Each client's slice is generated alone from the run seed, so no party ever holds every curve.
     """

@@ -1,4 +1,4 @@
-"""The MISE tables of paper 000 (Zhou & Xiang 2022, Mathematics 10, 2954), Section 5, Tables 1-6.
+"""The MISE tables of Zhou & Xiang (2022, Mathematics 10, 2954; docs/algorithms.md#references), Section 5, Tables 1-6.
 
 Transcribed from the paper's text; rows follow the grid eps in (0.1, 0.2, 0.3, 0.5, 0.8) x
 delta in (1e-6, 1e-5, 1e-4, 1e-3), then eps = infinity (privacy off).  The text conversion

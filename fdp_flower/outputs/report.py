@@ -1,4 +1,4 @@
-"""Markdown reports of sweep results, in paper 000's table layout with its numbers beside ours."""
+"""Markdown reports of sweep results, in Zhou & Xiang's (2022) table layout with its numbers beside ours."""
 from __future__ import annotations
 
 import json

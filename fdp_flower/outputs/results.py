@@ -23,6 +23,9 @@ from fdp_flower.privacy import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
+#: the columns of ``ledger.csv`` (:meth:`fdp_flower.privacy.PrivacyLedger.to_rows`), also when it is empty
+LEDGER_COLUMNS = ("client", "round", "sensitivity", "sigma", "neighbouring", "mechanism")
+
 
 @dataclass
 class RunResult:
@@ -50,8 +53,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    keys: list[str] = []
+def write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = ()) -> None:
+    """Rows as CSV; ``columns`` come first and make the header of a file with no rows."""
+    keys: list[str] = list(columns)
     for row in rows:
         keys += [k for k in row if k not in keys]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,8 +152,9 @@ def write_results(result, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write_text(out / "scenario.yaml", scenario_to_yaml(result.scenario))
     write_csv(out / "history.csv", result.history)
-    write_csv(out / "ledger.csv", result.ledger.to_rows())
-    write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []])
+    write_csv(out / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
+    write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []],
+              FailureRecord.COLUMNS)
     _atomic_write_text(out / "summary.json", json.dumps(summarize(result), indent=2))
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:

@@ -1,4 +1,4 @@
-"""Privacy accounting: a per-client ledger of every noisy release (spec section 6).
+"""Privacy accounting: a per-client ledger of every noisy release (docs/algorithms.md, section 6).
 
 - :mod:`.ledger`: :class:`GaussianRelease` events, :class:`PrivacyLedger` and its
   per-client totals (zCDP, RDP and PLD through ``dp_accounting``);

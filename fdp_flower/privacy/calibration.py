@@ -9,11 +9,11 @@ a total (eps, delta) under the PLD accountant, the ledger's tightest.
 Shapes (t = 1..T is the release index, r_t = z_t / z_1, rho_t = zCDP of release t):
 
 - ``constant``: r_t = 1.
-- ``geometric`` (spec section 3, zCDP-NFL): rho_t = rho_1 ratio^(t-1), ratio >= 1,
+- ``geometric`` (docs/algorithms.md, section 3, zCDP-NFL): rho_t = rho_1 ratio^(t-1), ratio >= 1,
   so r_t = ratio^(-(t-1)/2): the noise variance shrinks by ``ratio`` each step.
-- ``periodic`` (paper 004, eq. (14)): sigma_t^2 = sigma_1^2 decay^floor((t-1)/period),
+- ``periodic`` (Ding et al. 2019, eq. (14)): sigma_t^2 = sigma_1^2 decay^floor((t-1)/period),
   decay in (0, 1], so r_t = decay^(floor((t-1)/period)/2).
-- ``iteration`` (paper 004, eq. (15) in its rho form, spec section 4):
+- ``iteration`` (Ding et al. 2019, eq. (15) in its rho form, docs/algorithms.md, section 4):
   rho_1 at step 1 and rho_{k+1} = rate k (k+1) rho_1 for k >= 1, so r_1 = 1 and
   r_{k+1} = (rate k (k+1))^(-1/2).
 """

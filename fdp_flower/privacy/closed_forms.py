@@ -1,16 +1,16 @@
-"""The papers' own privacy figures, to show next to the ledger (spec sections 1, 4, 5).
+"""The papers' own privacy figures, to show next to the ledger (docs/algorithms.md, sections 1, 4, 5).
 
 Each paper states its guarantee differently; none states what a whole run spends
 per client under replace-one.  These functions reproduce each printed formula
 exactly, so that a report can show it beside the ledger's composition:
 
-- paper 000 (FDP-ADMM), Theorem 1: a *per-round* (eps, delta) guarantee from the
+- Zhou & Xiang (2022) (FDP-ADMM), Theorem 1: a *per-round* (eps, delta) guarantee from the
   classic Gaussian rule sigma = Delta sqrt(2 ln(1.25/delta)) / eps;
-- paper 004 (PR-ADMM), Theorems 3 and 4: total zCDP rho of the periodic and the
+- Ding et al. (2019) (PR-ADMM), Theorems 3 and 4: total zCDP rho of the periodic and the
   iteration-based variance schedules, converted by Bun & Steinke.  Theorem 3's
   closed form is the sum of its own schedule *minus rho_1* (one step short);
   Theorem 4 equals the sum;
-- paper 003 (DP-ADMM), Theorem 1: sigma^2 = c^2 alpha T / (2 n^2 eps mu),
+- Xu et al. (2020) (DP-ADMM), Theorem 1: sigma^2 = c^2 alpha T / (2 n^2 eps mu),
   alpha = ln(1/delta) / ((1 - mu) eps) + 1, i.e. RDP at one fixed order; its
   sensitivity c/n is the add/remove bound.
 
@@ -45,9 +45,9 @@ def _check_delta(delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
 
 
-# ---------------------------------------------------------------- paper 000 (FDP-ADMM)
+# ---------------------------------------------------------------- Zhou & Xiang (2022) (FDP-ADMM)
 def fdp_admm_round_epsilon(sensitivity, sigma, delta: float):
-    """Per-round eps of paper 000, Theorem 1: Delta sqrt(2 ln(1.25/delta)) / sigma.
+    """Per-round eps of Zhou & Xiang (2022), Theorem 1: Delta sqrt(2 ln(1.25/delta)) / sigma.
 
     The inverse of the classic rule; the classic analysis needs eps <= 1.
     """
@@ -57,7 +57,7 @@ def fdp_admm_round_epsilon(sensitivity, sigma, delta: float):
 
 
 def fdp_admm_closed_form() -> Callable[[Sequence[GaussianRelease], float], ClosedForm]:
-    """Paper 000's figure: the largest per-round eps over the client's releases (a per-round
+    """Zhou & Xiang's (2022) figure: the largest per-round eps over the client's releases (a per-round
     guarantee, not a total; the ledger's columns are the totals)."""
     def closed_form(releases: Sequence[GaussianRelease], delta: float) -> ClosedForm:
         eps = max(float(fdp_admm_round_epsilon(r.sensitivity, r.sigma, delta)) for r in releases)
@@ -66,12 +66,12 @@ def fdp_admm_closed_form() -> Callable[[Sequence[GaussianRelease], float], Close
     return closed_form
 
 
-# ---------------------------------------------------------------- paper 004 (PR-ADMM)
+# ---------------------------------------------------------------- Ding et al. (2019) (PR-ADMM)
 def pr_admm_sensitivity(lipschitz: float, eta: float, degree: int, m: int | None) -> float:
     """Replace-one sensitivity of PR-ADMM's exact local solve: V / (m eta |V_i|).
 
-    ``m=None`` gives paper 004's Lemma 5 as printed, V / (eta |V_i|), which drops
-    the 1/|D_i| of the mean loss (spec section 4).
+    ``m=None`` gives Ding et al.'s (2019) Lemma 5 as printed, V / (eta |V_i|), which drops
+    the 1/|D_i| of the mean loss (docs/algorithms.md, section 4).
     """
     if not (lipschitz > 0 and eta > 0 and degree >= 1):
         raise ValueError("need lipschitz > 0, eta > 0, degree >= 1")
@@ -88,7 +88,7 @@ def _check_periodic(rounds: int, period: int, decay: float) -> None:
 
 
 def pr_admm_theorem3_rho(rho1: float, rounds: int, period: int, decay: float) -> float:
-    """rho_total of paper 004, Theorem 3, as printed:
+    """rho_total of Ding et al. (2019), Theorem 3, as printed:
     rho_1 (K_p (1 - R_P^(K/K_p)) / (R_P^(K/K_p - 1) - R_P^(K/K_p)) - 1).
 
     This is :func:`pr_admm_periodic_rho_sum` minus rho_1: the printed "- 1" drops
@@ -108,7 +108,7 @@ def pr_admm_periodic_rho_sum(rho1: float, rounds: int, period: int, decay: float
 
 
 def pr_admm_theorem4_rho(rho1: float, rounds: int, rate: float) -> float:
-    """rho_total of paper 004, Theorem 4: rho_1 (R_T K (K^2 - 1) + 3) / 3.
+    """rho_total of Ding et al. (2019), Theorem 4: rho_1 (R_T K (K^2 - 1) + 3) / 3.
 
     Equals the sum of eq. (15) in its rho form: rho_1 + sum_{k=1}^{K-1} R_T k (k+1) rho_1.
     """
@@ -141,11 +141,11 @@ def pr_admm_theorem4_closed_form(rate: float):
     return closed_form
 
 
-# ---------------------------------------------------------------- paper 003 (DP-ADMM)
+# ---------------------------------------------------------------- Xu et al. (2020) (DP-ADMM)
 def dp_admm_theorem1_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: float = 0.5):
     """sigma with sigma^2 = Delta^2 alpha T / (2 eps mu), alpha = ln(1/delta)/((1 - mu) eps) + 1.
 
-    Paper 003, Theorem 1 (eq. (8)); with the paper's Delta = c/n it is the printed
+    Xu et al. (2020), Theorem 1 (eq. (8)); with the paper's Delta = c/n it is the printed
     c^2 alpha T / (2 n^2 eps mu).
     """
     _check_delta(delta)

@@ -30,11 +30,12 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: (1/m) sum_j g(d_j) of per-record terms with ||g|| <= B and a public m: replacing
 #: one record moves the sum by up to 2B, adding or removing one by up to B.
 #:
-#: - ``gaussian_gradient``: DP-ADMM's noisy mean gradient (paper 003): c/m vs 2c/m.
-#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal (paper 000):
+#: - ``gaussian_gradient``: DP-ADMM's noisy mean gradient (Xu et al. 2020): c/m vs 2c/m.
+#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal (Zhou & Xiang 2022):
 #:   G/(m (rho + 1/eta)) vs 2G/(m (rho + 1/eta)).
 #: - ``pr_admm_primal``, ``nfl_primal``: exact or linearized local solves with a
-#:   strongly convex data-independent part (papers 004, 002): V/(2 m eta |V_i|) vs V/(m eta |V_i|).
+#:   strongly convex data-independent part (Ding et al. 2019, Gauthier et al. 2023):
+#:   V/(2 m eta |V_i|) vs V/(m eta |V_i|).
 #: - ``fpca_covariance``: the federated FPCA second-moment matrix: c_b^2/m vs 2 c_b^2/m.
 #:
 #: A bare ``gaussian`` release has no known query, so it is not converted.

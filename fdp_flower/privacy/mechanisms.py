@@ -1,4 +1,4 @@
-"""The Gaussian mechanism and reproducible per-release noise (spec section 0)."""
+"""The Gaussian mechanism and reproducible per-release noise (docs/algorithms.md, section 0)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Server-side helpers shared by the strategies: reply checks, waiting for nodes and replies, results directories."""
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Message
+    from flwr.app import Message, MetricRecord
     from flwr.common.logger import log
     from flwr.serverapp import Grid
 
@@ -39,6 +40,22 @@ def site_report(reply: Message) -> dict | None:
     if reply.has_error() or SITE_RECORD not in reply.content:
         return None
     return {str(k): v for k, v in reply.content[SITE_RECORD].items()}
+
+
+def round_metrics(history: list[dict], server_round: int) -> MetricRecord | None:
+    """The server-side metrics of round ``server_round`` (its row of ``history``; finite numbers only) as
+    the :class:`MetricRecord` a Strategy's ``evaluate_fn`` returns, or None when the round has no row.
+
+    Every strategy here computes its metrics on the server while it aggregates (MISE, objective, the
+    privacy spent): ``aggregate_train`` returns no metrics and ``Strategy.start(evaluate_fn=...)``
+    hands these to Flower, which prints each round once, under "Global evaluation", and keeps them in
+    ``Result.evaluate_metrics_serverapp``.
+    """
+    row = next((r for r in reversed(history) if int(r.get("round", -1)) == server_round), None)
+    if row is None:
+        return None
+    return MetricRecord({k: float(v) for k, v in row.items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)})
 
 
 def run_results_dir(run_config, run_id: int, name: str, tag: str = "flower") -> Path:

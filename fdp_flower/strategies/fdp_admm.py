@@ -7,7 +7,7 @@ of the basis (:mod:`fdp_flower.clients.fdp_admm`).  Each round it sends every cl
 and on the replies calls the pure server update
 :meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.  Its metrics go through
 Flower's server-side evaluation (``evaluate_fn`` of :meth:`Strategy.start`,
-:meth:`FDPADMMStrategy.evaluate_round`): each round is printed once, as a global evaluation.
+:meth:`FDPADMMStrategy.evaluate_fn`): each round is printed once, as a global evaluation.
 """
 from __future__ import annotations
 
@@ -50,12 +50,19 @@ from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.outputs.results import RunResult, summarize, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.common import FederationError, polling, run_results_dir, site_report, wait_for_nodes
+from fdp_flower.strategies.common import (
+    FederationError,
+    polling,
+    round_metrics,
+    run_results_dir,
+    site_report,
+    wait_for_nodes,
+)
 from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
 
 
 class FDPADMMStrategy(Strategy):
-    """Server side of FDP-ADMM / F-ADMM (paper 000; spec section 1, step 2).
+    """Server side of FDP-ADMM / F-ADMM (Zhou & Xiang 2022; docs/algorithms.md, eqs. (1.4)-(1.5)).
 
     Parameters
     ----------
@@ -115,7 +122,6 @@ class FDPADMMStrategy(Strategy):
         self._basis_arrays = {f"{BASIS_PREFIX}{k}": v for k, v in basis.to_arrays().items()}
         self.basis_digest = basis_digest(basis.to_arrays())
         self._basis_nodes: set[int] = set()  # nodes that replied to a message with the basis in this run
-        self._pending_row: dict | None = None
 
     def resume_from(self, checkpoint) -> int:
         """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,
@@ -356,39 +362,37 @@ class FDPADMMStrategy(Strategy):
         noisy = np.stack([primals.get(i, np.full(dim, np.nan)) for i in range(self.num_clients)])
         self.state = advance_with_failures(self.state, replied, noisy, self.scenario.algorithm.rho)
         eta = np.mean([self.plan.step_size(server_round, self.sample_sizes[i]) for i in primals])
-        self._pending_row = {"round": server_round, "eta_mean": float(eta),
-                             "failed_clients": int(self.num_clients - replied.sum())}
-        # no train metrics for Flower to print: the round's row is the server-side evaluation's
-        return pack_arrays(global_w=self.state.global_w), None
-
-    def evaluate_round(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """Flower's server-side evaluation (``evaluate_fn``), called after each round's aggregation:
-        the round's history row (step size, failures, ``evaluate_state``'s metrics, privacy spent);
-        then ``on_round``.  Returned (so printed by Flower) every ``output.log_every`` rounds and at the
-        last round; None otherwise and before the first round (nothing to evaluate)."""
-        row, self._pending_row = self._pending_row, None
-        if row is None:
-            return None
+        row = {"round": server_round, "eta_mean": float(eta)}
         if self.evaluate_state is not None:
             row.update(self.evaluate_state(self.state))
         if self.scenario.privacy.enabled:
             row.update(privacy_columns(self.ledger, self.scenario.privacy.delta))
-        row["failed_clients"] = row.pop("failed_clients")
+        row["failed_clients"] = int(self.num_clients - replied.sum())
         self.history.append(row)
         if self.on_round is not None:
             self.on_round(self)
-        server_round = row["round"]
+        return pack_arrays(global_w=self.state.global_w), None  # metrics: server-side, see evaluate_fn
+
+    def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Flower's server-side evaluation (``Strategy.start(evaluate_fn=...)``): round ``server_round``'s
+        row of the history (MISE, objective, privacy spent; computed in :meth:`aggregate_train`), every
+        ``output.log_every`` rounds and at the last round; round 0: the metrics of the initial state."""
+        server_round += self.round_offset
+        if server_round == self.round_offset:
+            if self.round_offset or self.evaluate_state is None:
+                return round_metrics(self.history, server_round)
+            return round_metrics([{"round": 0, **self.evaluate_state(self.state)}], 0)
         if server_round % self.scenario.output.log_every and server_round != self.scenario.algorithm.rounds:
             return None
-        return MetricRecord({k: float(v) for k, v in row.items() if np.isfinite(v)})
+        return round_metrics(self.history, server_round)
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None):
-        """:meth:`Strategy.start` with :meth:`evaluate_round` as the server-side evaluation and the
-        short reply poll of :class:`~fdp_flower.strategies.common.PollingGrid`."""
+        """:meth:`Strategy.start` collecting each round's replies with the short poll of
+        :class:`~fdp_flower.strategies.common.PollingGrid` (a test double without push/pull is used as is)."""
         return super().start(polling(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config,
-                             self.evaluate_round if evaluate_fn is None else evaluate_fn)
+                             evaluate_fn)
 
     def _client_of_node(self, node: int) -> int | None:
         clients = [c for c, n in self.node_of_client.items() if n == node]
@@ -466,7 +470,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                 connected, scenario.federation.num_clients)
         if rounds_left > 0:
             strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=strategy.state.global_w),
-                           num_rounds=rounds_left, timeout=scenario.faults.reply_timeout)
+                           num_rounds=rounds_left, timeout=scenario.faults.reply_timeout,
+                           evaluate_fn=strategy.evaluate_fn)
     except FederationError as exc:
         stop_reason = f"stopped: {exc}"
         log(ERROR, "run stopped early: %s", exc)

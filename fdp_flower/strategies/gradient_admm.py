@@ -1,4 +1,4 @@
-"""DP-ADMM / DP-AccADMM server strategy (paper 003; spec section 5), Flower Message API.
+"""DP-ADMM / DP-AccADMM server strategy (Xu et al. 2020; docs/algorithms.md, section 5), Flower Message API.
 
 The server keeps x, y, u (and for DP-AccADMM xh, uh, theta); each round it sends
 every client the point xh_{t-1}, receives the clients' noisy gradients, and on the
@@ -34,7 +34,7 @@ from fdp_flower.algorithms.gradient_admm.update import (
     theorem1_sigma,
 )
 from fdp_flower.privacy import PrivacyLedger
-from fdp_flower.strategies.common import polling, reply_sender, run_results_dir
+from fdp_flower.strategies.common import polling, reply_sender, round_metrics, run_results_dir
 from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
@@ -43,7 +43,7 @@ class GradientFederationError(RuntimeError):
 
 
 class GradientADMMStrategy(Strategy):
-    """Server side of DP-ADMM (``accelerated=False``) and DP-AccADMM (paper 003, Algorithms 2-3).
+    """Server side of DP-ADMM (``accelerated=False``) and DP-AccADMM (Xu et al. 2020, Algorithms 2-3).
 
     Parameters
     ----------
@@ -180,10 +180,12 @@ class GradientADMMStrategy(Strategy):
         if self.evaluate_state is not None:
             row.update(self.evaluate_state(self.state))
         self.history.append(row)
-        log(INFO, "round %d: %s", server_round,
-            ", ".join(f"{k}={v:.6g}" for k, v in row.items() if k != "round") or "done")
-        return pack_arrays(x=self.state.x), MetricRecord(
-            {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and math.isfinite(v)})
+        return pack_arrays(x=self.state.x), None  # metrics: server-side, see evaluate_fn
+
+    def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Flower's server-side evaluation (``Strategy.start(evaluate_fn=...)``): round ``server_round``'s
+        row of the history (computed in :meth:`aggregate_train`); None before the first round."""
+        return round_metrics(self.history, server_round)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -229,7 +231,7 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
 
     strategy = strategy_from_scenario(scenario, problem, evaluate_state=evaluate)
     strategy.start(grid=polling(grid), initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
-                   num_rounds=scenario.algorithm.rounds)
+                   num_rounds=scenario.algorithm.rounds, evaluate_fn=strategy.evaluate_fn)
     if strategy.privacy is not None:
         from fdp_flower.algorithms.gradient_admm.update import privacy_report
 

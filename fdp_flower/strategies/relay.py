@@ -28,7 +28,7 @@ with warnings.catch_warnings():
 from fdp_flower.algorithms.p2p.node import NodeState, P2PAlgorithm
 from fdp_flower.algorithms.p2p.topology import Graph
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.common import polling, reply_sender, run_results_dir
+from fdp_flower.strategies.common import polling, reply_sender, round_metrics, run_results_dir
 from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
@@ -133,7 +133,12 @@ class P2PRelayStrategy(Strategy):
         if self.evaluate is not None:
             row.update(self.evaluate(server_round, released))
         self.history.append(row)
-        return None, MetricRecord({k: float(v) for k, v in row.items() if np.isfinite(v)})
+        return None, None  # metrics: server-side, see evaluate_fn
+
+    def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Flower's server-side evaluation (``Strategy.start(evaluate_fn=...)``): round ``server_round``'s
+        row of the history (computed in :meth:`aggregate_train`); None before the first round."""
+        return round_metrics(self.history, server_round)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -166,7 +171,8 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
     if connected < graph.num_nodes:
         log(INFO, "p2p relay: %d Flower nodes for %d graph nodes: each Flower node runs several graph nodes",
             connected, graph.num_nodes)
-    strategy.start(grid=polling(grid), initial_arrays=ArrayRecord(), num_rounds=algorithm.steps)
+    strategy.start(grid=polling(grid), initial_arrays=ArrayRecord(), num_rounds=algorithm.steps,
+                   evaluate_fn=strategy.evaluate_fn)
     return strategy
 
 

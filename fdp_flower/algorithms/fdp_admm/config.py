@@ -1,4 +1,4 @@
-"""The FDP-ADMM / F-ADMM scenario schema (paper 000): data, basis, model, algorithm, privacy.
+"""The FDP-ADMM / F-ADMM scenario schema (Zhou & Xiang 2022): data, basis, model, algorithm, privacy.
 
 Parsed once per run; frozen; unknown fields are errors.
 """
@@ -12,8 +12,8 @@ from pydantic import Field, model_validator
 from fdp_flower.config.base import (
     _Frozen,
     apply_overrides,
-    parse_override_string,
     read_yaml_file,
+    run_config_overrides,
     run_config_scenario_path,
     tagged_union,
     validate_mapping,
@@ -49,7 +49,7 @@ class EstimatorConfig(_Frozen):
 
 
 class FDPADMMConfig(_Frozen):
-    """FDP-ADMM (privacy on) / F-ADMM (privacy off), paper 000."""
+    """FDP-ADMM (privacy on) / F-ADMM (privacy off), Zhou & Xiang (2022)."""
 
     kind: Literal["fdp_admm"] = Field("fdp_admm", description="variant tag")
     rho: float = Field(0.1, gt=0, description="ADMM penalty rho")
@@ -149,6 +149,5 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
 
 
 def scenario_from_run_config(run_config: dict[str, Any]) -> Scenario:
-    """The FDP-ADMM scenario named by a Flower run config (keys ``scenario`` and ``overrides``)."""
-    return load_scenario(run_config_scenario_path(run_config),
-                         parse_override_string(str(run_config.get("overrides", ""))))
+    """The FDP-ADMM scenario named by a Flower run config (``scenario``, ``overrides`` and the typed keys)."""
+    return load_scenario(run_config_scenario_path(run_config), run_config_overrides(run_config, "fdp_admm"))

@@ -122,7 +122,7 @@ class NoisePlan:
     """Step sizes, sensitivities and noise of FDP-ADMM, from public quantities only.
 
     noise multiplier z = sigma / Delta: per_round mode, the classic rule
-    sqrt(2 ln(1.25/delta)) / eps (paper 000, Theorem 1); total mode, the shape of
+    sqrt(2 ln(1.25/delta)) / eps (Zhou & Xiang 2022, Theorem 1); total mode, the shape of
     ``privacy.schedule`` scaled so that the L releases of each client compose to
     (eps, delta) (:func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`).
     """

@@ -3,7 +3,7 @@
 Solves  min_w  sum_i (1/m_i) sum_j rho_tau(y_ij - a_ij.w) + lam P(w)
 -- the federated objective sum_i f_i(w) -- exactly:
 linear programming with SciPy's HiGHS for P in {l1, none}; a conic (QP) solve
-with Clarabel for P in {l2, elastic_net} (spec section 1, "Exact reference").
+with Clarabel for P in {l2, elastic_net} (docs/algorithms.md, eq. (1.10) and below).
 """
 from __future__ import annotations
 

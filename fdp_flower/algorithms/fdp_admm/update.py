@@ -1,4 +1,4 @@
-"""FDP-ADMM / F-ADMM update rules (paper 000, Section 3 and Section 5; spec section 1).
+"""FDP-ADMM / F-ADMM update rules (Zhou & Xiang 2022, Section 3 and Section 5; docs/algorithms.md, section 1).
 
 Consensus problem min sum_i f_i(w_i) s.t. w_i = w with
 f_i(w) = (1/m_i) sum_j l(w; a_ij, y_ij) + (lam/M) P(w) and local augmented
@@ -38,7 +38,7 @@ class Objective:
 
 def client_primal_step(*, objective: Objective, noisy_primal, global_w, dual, features, response,
                        eta, rho: float, mask=None) -> np.ndarray:
-    """Linearized local update, spec section 1 step 1 (paper 000, eq. in Sec. 5.1):
+    """Linearized local update, docs/algorithms.md, eq. (1.2) (Zhou & Xiang 2022, eq. in Sec. 5.1):
 
     w_i^l = (g_i^{l-1} + rho w^{l-1} + wt_i^{l-1} / eta - f_i'(wt_i^{l-1})) / (rho + 1/eta).
     ``eta`` broadcasts over the client axis (shape (..., 1) or scalar).
@@ -49,13 +49,13 @@ def client_primal_step(*, objective: Objective, noisy_primal, global_w, dual, fe
 
 
 def primal_sensitivity(*, gradient_bound: float, m, rho: float, eta) -> np.ndarray:
-    """Replace-one l2-sensitivity of w_i^l: 2 G / (m_i (rho + 1/eta_i^l)) (paper 000, Lemma 2,
-    appendix form; the body's m_i^2 is a typo)."""
+    """Replace-one l2-sensitivity of w_i^l: 2 G / (m_i (rho + 1/eta_i^l)) (docs/algorithms.md, eq. (1.6);
+    Zhou & Xiang 2022, Lemma 2, appendix form; the body's m_i^2 is a typo)."""
     return 2.0 * gradient_bound / (np.asarray(m, dtype=float) * (rho + 1.0 / np.asarray(eta, dtype=float)))
 
 
 def server_update(noisy_primals: np.ndarray, duals: np.ndarray, rho: float) -> tuple[np.ndarray, np.ndarray]:
-    """Server step, spec section 1 step 2 (paper 000, Sec. 5.1):
+    """Server step, docs/algorithms.md, eqs. (1.4)-(1.5) (Zhou & Xiang 2022, Sec. 5.1):
 
     w^l = (1/M) sum_i wt_i^l - (1/(M rho)) sum_i g_i^{l-1};  g_i^l = g_i^{l-1} - rho (wt_i^l - w^l).
     ``noisy_primals`` and ``duals`` have shape (..., M, K); returns (w^l (..., K), g^l (..., M, K)).

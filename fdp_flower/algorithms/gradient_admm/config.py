@@ -1,4 +1,4 @@
-"""Typed configuration of DP-ADMM / DP-AccADMM runs (paper 003; spec section 5), pydantic v2.
+"""Typed configuration of DP-ADMM / DP-AccADMM runs (Xu et al. 2020; docs/algorithms.md, section 5), pydantic v2.
 
 Models to wire into :mod:`fdp_flower.algorithms.fdp_admm.config`'s unions (all frozen, ``extra="forbid"``,
 discriminated on ``kind``):
@@ -119,13 +119,13 @@ class _GradientADMMBase(_Frozen):
 
 
 class DPADMMConfig(_GradientADMMBase):
-    """DP-ADMM (paper 003, Algorithm 2), gradient perturbation; ADMM when privacy is off."""
+    """DP-ADMM (Xu et al. 2020, Algorithm 2), gradient perturbation; ADMM when privacy is off."""
 
     kind: Literal["dp_admm"] = "dp_admm"
 
 
 class DPAccADMMConfig(_GradientADMMBase):
-    """DP-AccADMM (paper 003, Algorithm 3): DP-ADMM with Nesterov extrapolation of x and u."""
+    """DP-AccADMM (Xu et al. 2020, Algorithm 3): DP-ADMM with Nesterov extrapolation of x and u."""
 
     kind: Literal["dp_acc_admm"] = "dp_acc_admm"
     restart: bool = Field(False, description="gradient-based adaptive restart of the momentum "

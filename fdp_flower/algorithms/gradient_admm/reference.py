@@ -1,4 +1,4 @@
-"""Convex reference for the generalized lasso of DP-ADMM (paper 003, eq. (11); spec section 5).
+"""Convex reference for the generalized lasso of DP-ADMM (Xu et al. 2020, eq. (11); docs/algorithms.md, section 5).
 
 Solves  min_x  (1/n) sum_j l(x; a_j, y_j) + lam ||A x||_1  on the pooled data with
 Clarabel (an interior-point conic solver):

@@ -1,6 +1,6 @@
-"""DP-ADMM and DP-AccADMM by gradient perturbation (paper 003; spec section 5), federated form.
+"""DP-ADMM and DP-AccADMM by gradient perturbation (Xu et al. 2020; docs/algorithms.md, section 5), federated form.
 
-Problem (paper 003, eq. (2) and (11)): min_x f(x) + g(y) s.t. A x + B y = c with
+Problem (Xu et al. 2020, eq. (2) and (11)): min_x f(x) + g(y) s.t. A x + B y = c with
 B = -I, c = 0, g(y) = lam ||y||_1, so that the problem is the generalized lasso
 
     min_x  F(x) = f(x) + lam ||A x||_1,      f(x) = sum_i (m_i / n) f_i(x),
@@ -8,7 +8,7 @@ B = -I, c = 0, g(y) = lam ||y||_1, so that the problem is the generalized lasso
 f_i(x) = (1/m_i) sum_j l(x; a_ij, y_ij) the mean loss of client i.  A = [W; I] is
 the graph-guided fused lasso, A = I the lasso, any other A is user-given.
 
-Iteration t (paper 003, Algorithm 2 and 3; spec section 5):
+Iteration t (Xu et al. 2020, Algorithm 2 and 3; docs/algorithms.md, section 5):
 
 * y_t = argmin_y g(y) + (rho/2) ||A xh_{t-1} - y + uh_{t-1}||^2 = S_{lam/rho}(A xh_{t-1} + uh_{t-1})
   (eq. (3), soft-thresholding for B = -I);
@@ -47,14 +47,15 @@ MECHANISM = "gaussian_gradient"
 
 # ---------------------------------------------------------------- primitives
 def soft_threshold(v: np.ndarray, threshold: float) -> np.ndarray:
-    """S_k(v) = sign(v) max(|v| - k, 0), the prox of k ||.||_1 (Donoho 1995; paper 003 ref. [44])."""
+    """S_k(v) = sign(v) max(|v| - k, 0), the prox of k ||.||_1 (Donoho 1995; Xu et al. (2020) ref. [44])."""
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
     return np.sign(v) * np.maximum(np.abs(v) - threshold, 0.0)
 
 
 def y_update(matrix: np.ndarray, x_hat: np.ndarray, u_hat: np.ndarray, *, lam: float, rho: float) -> np.ndarray:
-    """y_t = S_{lam/rho}(A xh_{t-1} + uh_{t-1}) (paper 003, eq. (3) with g = lam ||.||_1, B = -I, c = 0)."""
+    """y_t = S_{lam/rho}(A xh_{t-1} + uh_{t-1}) (docs/algorithms.md, eq. (5.2);
+    Xu et al. 2020, eq. (3) with g = lam ||.||_1, B = -I, c = 0)."""
     if not rho > 0:
         raise ValueError(f"rho must be > 0, got {rho}")
     return soft_threshold(matrix @ x_hat + u_hat, lam / rho)
@@ -70,7 +71,7 @@ def spectral_norm_gram(matrix: np.ndarray) -> float:
 
 def min_gamma(*, eta: float, rho: float, gram_norm: float) -> float:
     """gam_min = eta rho ||A^T A||_2 + 1, the smallest gam with G = gam I - eta rho A^T A >= I
-    (paper 003, below eq. (7))."""
+    (Xu et al. 2020, below eq. (7))."""
     return eta * rho * gram_norm + 1.0
 
 
@@ -78,7 +79,7 @@ def check_gamma(gamma: float, *, eta: float, rho: float, gram_norm: float) -> fl
     """Return ``gamma`` if gam >= eta rho ||A^T A|| + 1, else raise ``ValueError``.
 
     The paper's experiments use gam = 1, which violates the condition of its own
-    analysis whenever rho > 0; we refuse it (spec section 5).
+    analysis whenever rho > 0; we refuse it (docs/algorithms.md, section 5).
     """
     need = min_gamma(eta=eta, rho=rho, gram_norm=gram_norm)
     if not gamma >= need * (1 - 1e-12):
@@ -91,23 +92,24 @@ def check_gamma(gamma: float, *, eta: float, rho: float, gram_norm: float) -> fl
 def x_update(matrix: np.ndarray, x_hat: np.ndarray, gradient: np.ndarray, y: np.ndarray, u_hat: np.ndarray, *,
              rho: float, eta: float, gamma: float) -> np.ndarray:
     """x_t = xh_{t-1} - (eta/gam) [grad + rho A^T (A xh_{t-1} - y_t + uh_{t-1})]
-    (paper 003, closed form of eq. (7), B = -I, c = 0); ``gradient`` is the noisy aggregate."""
+    (docs/algorithms.md, eq. (5.4);
+    Xu et al. 2020, closed form of eq. (7), B = -I, c = 0); ``gradient`` is the noisy aggregate."""
     residual = matrix @ x_hat - y + u_hat
     return x_hat - (eta / gamma) * (gradient + rho * (matrix.T @ residual))
 
 
 def dual_update(matrix: np.ndarray, u_hat: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """u_t = uh_{t-1} + A x_t - y_t (paper 003, eq. (5), scaled dual)."""
+    """u_t = uh_{t-1} + A x_t - y_t (docs/algorithms.md, eq. (5.5); Xu et al. 2020, eq. (5), scaled dual)."""
     return u_hat + matrix @ x - y
 
 
 def next_theta(theta: float) -> float:
-    """theta_{t+1} = (1 + sqrt(1 + 4 theta_t^2)) / 2 (paper 003, Algorithm 3 step 5; theta_1 = 1)."""
+    """theta_{t+1} = (1 + sqrt(1 + 4 theta_t^2)) / 2 (Xu et al. 2020, Algorithm 3 step 5; theta_1 = 1)."""
     return 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * theta * theta))
 
 
 def extrapolate(current: np.ndarray, previous: np.ndarray, theta: float, theta_next: float) -> np.ndarray:
-    """xh_t = x_t + ((theta_t - 1)/theta_{t+1}) (x_t - x_{t-1}) (paper 003, eq. (10), Alg. 3 steps 6-7)."""
+    """xh_t = x_t + ((theta_t - 1)/theta_{t+1}) (x_t - x_{t-1}) (Xu et al. 2020, eq. (10), Alg. 3 steps 6-7)."""
     return current + ((theta - 1.0) / theta_next) * (current - previous)
 
 
@@ -138,13 +140,14 @@ def gradient_sensitivity(gradient_bound: float, m, neighbouring: Neighbouring = 
 
 
 def theorem1_alpha(eps: float, delta: float, mu: float) -> float:
-    """alpha = ln(1/delta) / ((1 - mu) eps) + 1 (paper 003, eq. (13))."""
+    """alpha = ln(1/delta) / ((1 - mu) eps) + 1 (Xu et al. 2020, eq. (13))."""
     _check_budget(eps, delta, mu)
     return math.log(1.0 / delta) / ((1.0 - mu) * eps) + 1.0
 
 
 def theorem1_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: float = 0.5):
-    """sigma with sigma^2 = Delta^2 alpha T / (2 eps mu) (paper 003, Theorem 1, eq. (8)).
+    """sigma with sigma^2 = Delta^2 alpha T / (2 eps mu) (docs/algorithms.md, eq. (5.7);
+    Xu et al. 2020, Theorem 1, eq. (8)).
 
     With Delta = c/n (add/remove) this is the printed c^2 alpha T / (2 n^2 eps mu).
     The T releases then compose to (alpha, mu eps)-RDP, i.e. (eps, delta)-DP by
@@ -272,7 +275,7 @@ def graph_guided_matrix(features: np.ndarray, *, alpha: float = 0.1, max_iter: i
     """A = [W; I] with W the edge matrix of the graph of a sparse inverse covariance.
 
     The precision matrix Theta is estimated by scikit-learn's GraphicalLasso on
-    the standardized columns (El Ghaoui et al.; paper 003 ref. [47]); every edge
+    the standardized columns (El Ghaoui et al.; Xu et al. (2020) ref. [47]); every edge
     (j, k), j < k, with |Theta_jk| > threshold gives a row e_j - s_jk e_k of W,
     s_jk = sign of the partial correlation -Theta_jk (graph-guided fused lasso,
     Kim et al. 2009).  Constant columns get no edges.  Note: W is a function of
@@ -335,7 +338,7 @@ class GradientADMMState:
 
     @property
     def average_x(self) -> np.ndarray:
-        """x~ = (1/T) sum_t x_t (the point of paper 003, Theorem 2)."""
+        """x~ = (1/T) sum_t x_t (the point of Xu et al. (2020), Theorem 2)."""
         return self.sum_x / max(self.round, 1)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
@@ -384,9 +387,9 @@ def server_step(state: GradientADMMState, gradient: np.ndarray, matrix: np.ndarr
 
 
 def paper_initial_dual(matrix: np.ndarray, gradient: np.ndarray, rho: float) -> np.ndarray:
-    """u_0 = -(1/rho) (A^T)^+ grad f(x_0) (paper 003, Algorithm 2/3 input).
+    """u_0 = -(1/rho) (A^T)^+ grad f(x_0) (Xu et al. 2020, Algorithm 2/3 input).
 
-    A noise-free function of the data: only for non-private runs (spec section 5).
+    A noise-free function of the data: only for non-private runs (docs/algorithms.md, section 5).
     """
     sol, *_ = np.linalg.lstsq(matrix.T, gradient, rcond=None)
     return -sol / rho

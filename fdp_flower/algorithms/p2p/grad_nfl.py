@@ -1,5 +1,5 @@
-"""zCDP-grad-NFL: the decentralized subgradient baseline of paper 002, Sec. 5 (Nedic & Ozdaglar 2009,
-with zCDP output perturbation; spec section 3).
+"""zCDP-grad-NFL: the decentralized subgradient baseline of Gauthier et al. (2023), Sec. 5 (Nedic & Ozdaglar 2009,
+with zCDP output perturbation; docs/algorithms.md, eqs. (3.8)-(3.9)).
 
     x_i^{k+1} = sum_{j in N_i u {i}} W_ij xt_j^k - a_{k+1} f_i'(xt_i^k),   W the Metropolis weights
     xt_i^{k+1} = x_i^{k+1} + N(0, sigma_{i,k+1}^2 I),  Delta_{i,k+1} = 2 G a_{k+1} / m_i.

@@ -4,8 +4,8 @@ Round r (r = 1..T) at node i, given its state after round r-1 (its release
 xt_i^{r-1}, its dual lam_i^{r-2} and link statistics) and its neighbours'
 releases xt_j^{r-1}:
 
-1. complete the previous step's dual update with xt^{r-1} (spec section 3, last line;
-   spec section 4, eq. (13)) and, for PR-ADMM, add ||xt_i^{r-1} - xt_j^{r-1}|| to S_ij;
+1. complete the previous step's dual update with xt^{r-1} (docs/algorithms.md, eq. (3.3) for
+   zCDP-NFL, eq. (4.4) for PR-ADMM) and, for PR-ADMM, add ||xt_i^{r-1} - xt_j^{r-1}|| to S_ij;
 2. primal step of the algorithm -> x_i^r;
 3. release xt_i^r = x_i^r + N(0, sigma_{i,r}^2 I) with the generator
    ``release_rng(seed, node, r)``, so every engine draws the same noise.
@@ -49,7 +49,7 @@ class P2PAlgorithm:
     penalty : rho of zCDP-NFL / eta of PR-ADMM (the ADMM penalty; unused by grad-NFL).
     step_schedule : eta_k of the linearized step, or a_k of grad-NFL.
     noise : the per-step calibration (mode "none" for non-private runs).
-    gradient_bound : G (V in paper 004).
+    gradient_bound : G (V in Ding et al. (2019)).
     threshold : PR-ADMM's U (inf disables it).
     local_solver : PR-ADMM's "exact" (Newton) or "linearized".
     paper_constants : PR-ADMM's Lemma 5 sensitivity V / (eta |V_i|).

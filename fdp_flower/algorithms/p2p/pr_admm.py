@@ -1,4 +1,4 @@
-"""PR-ADMM (paper 004, Algorithm 1, eqs. (12)-(15); spec section 4), one node at a time.
+"""PR-ADMM (Ding et al. 2019, Algorithm 1, eqs. (12)-(15); docs/algorithms.md, section 4), one node at a time.
 
 Node i keeps its dual alpha_i, its last release xt_i and, per neighbour j, the
 deviation statistic S_ij = sum_{t <= k} ||xt_i^t - xt_j^t||.  Step k -> k+1:
@@ -108,7 +108,7 @@ def exact_primal_step(*, objective, own_released, neighbour_used, dual, features
 
 def linearized_primal_step(*, objective, own_released, neighbour_used, dual, features, response, eta: float,
                            step: float) -> np.ndarray:
-    """Nonsmooth f_i: f_i linearized at xt_i^k with prox 1/(2 eta_k) ||x - xt_i^k||^2 (spec section 3):
+    """Nonsmooth f_i: f_i linearized at xt_i^k with prox 1/(2 eta_k) ||x - xt_i^k||^2 (docs/algorithms.md, section 3):
     x = (xt_i / eta_k - s - alpha + eta (d xt_i + sum_j xt_j)) / (1/eta_k + 2 eta d)."""
     neighbour_used = np.asarray(neighbour_used, dtype=float)
     degree = neighbour_used.shape[0]
@@ -128,9 +128,9 @@ def pr_sensitivity(*, gradient_bound: float, m: int, eta: float, degree: int, pa
     """l2-sensitivity of x_i^{k+1} under replace-one.
 
     Exact solve: the subproblem is (2 eta |V_i|)-strongly convex and one replaced sample moves
-    grad f_i by at most 2 V / m_i, so Delta_i = V / (m_i eta |V_i|) (spec section 4).  The paper's
+    grad f_i by at most 2 V / m_i, so Delta_i = V / (m_i eta |V_i|) (docs/algorithms.md, eq. (4.5)).  The paper's
     Lemma 5 prints V / (eta |V_i|) (``paper_constants=True``).  Linearized step (``step`` = eta_k):
-    2 V / (m_i (1/eta_k + 2 eta |V_i|)).
+    2 V / (m_i (1/eta_k + 2 eta |V_i|)) (eq. (4.6)).
     """
     if step is not None:
         return 2.0 * gradient_bound / (m * (1.0 / step + 2.0 * eta * degree))

@@ -1,19 +1,19 @@
 """Problems of the peer-to-peer mode: data split over the nodes, the loss and
-penalty, and the centralized convex reference x* (spec sections 3 and 4).
+penalty, and the centralized convex reference x* (docs/algorithms.md, sections 3 and 4).
 
 Every node i holds (A_i, y_i) with rows clipped to ||a_ij|| <= c1 and the local
-objective of spec section 0, f_i(x) = (1/m_i) sum_j l(x; a_ij, y_ij) + (lam/N) P(x)
+objective of docs/algorithms.md, section 0, f_i(x) = (1/m_i) sum_j l(x; a_ij, y_ij) + (lam/N) P(x)
 (:class:`fdp_flower.algorithms.fdp_admm.update.Objective`), so that sum_i f_i is the centralized
 problem whose minimizer x* defines the normalized error ||x_i - x*|| / ||x*||.
 
-Paper 002's problems (Sec. 5; Boyd et al. 2010): elastic net (squared loss +
+Gauthier et al.'s (2023) problems (Sec. 5; Boyd et al. 2010): elastic net (squared loss +
 lam (lam2 ||x||^2 + lam1 ||x||_1)), least absolute deviation (|y - a.x|, no
 penalty) and ridge (squared loss + lam ||x||^2 / 2), on synthetic data
 y = A x0 + noise.  The squared loss clips the residual at R in its gradient
-(spec section 0, G = c1 R): the problem actually minimized is the Huber loss
+(docs/algorithms.md, section 0, G = c1 R): the problem actually minimized is the Huber loss
 with threshold R, and that is what the reference solves.
 
-Paper 004's problem (Sec. V): logistic loss + Lambda ||x||^2 on UCI Adult
+Ding et al.'s (2019) problem (Sec. V): logistic loss + Lambda ||x||^2 on UCI Adult
 (or scikit-learn's breast-cancer data), with train and test accuracy.
 """
 from __future__ import annotations
@@ -126,7 +126,7 @@ class NetworkProblem:
         return isinstance(self.loss, LogisticLoss)
 
     def gradient_bound(self, *, paper_constants: bool = False) -> float:
-        """G (spec section 0 table) for this loss and c1."""
+        """G (docs/algorithms.md, table (0.3)) for this loss and c1."""
         return float(self.loss.gradient_bound(self.c1, paper_constants=paper_constants))
 
     def total_objective(self, x) -> float:
@@ -141,7 +141,7 @@ class NetworkProblem:
         return np.linalg.norm(np.asarray(xs) - self.x_star, axis=-1) / np.linalg.norm(self.x_star)
 
     def average_loss(self, xs) -> float:
-        """(1/N) sum_i (1/m_i) sum_j l(x_i; a_ij, y_ij) (paper 004's average loss), xs (N, K)."""
+        """(1/N) sum_i (1/m_i) sum_j l(x_i; a_ij, y_ij) (Ding et al.'s (2019) average loss), xs (N, K)."""
         return float(np.mean([self.loss.mean(x, a, y) for x, a, y in zip(xs, self.features, self.responses)]))
 
     def accuracy(self, xs, *, test: bool = False) -> np.ndarray:
@@ -227,7 +227,7 @@ def reference_solution(features, responses, loss, penalty: Penalty, lam: float) 
     return solve_smooth_reference(features, responses, loss, penalty, lam), "newton"
 
 
-# ---------------------------------------------------------------- synthetic (paper 002)
+# ---------------------------------------------------------------- synthetic (Gauthier et al. 2023)
 SYNTHETIC_PROBLEMS = ("elastic_net", "lad", "ridge")
 
 
@@ -235,7 +235,7 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
                       noise: float = 0.1, c1: float = 1.5, residual_bound: float = 2.0,
                       lam: float = 0.1, lam1: float = 1.0, lam2: float = 0.5, heterogeneity: float = 0.0,
                       rng: np.random.Generator, with_reference: bool = True) -> NetworkProblem:
-    """Synthetic regression of paper 002, Sec. 5: node i observes y_i = A_i x0 + e_i.
+    """Synthetic regression of Gauthier et al. (2023), Sec. 5: node i observes y_i = A_i x0 + e_i.
 
     Parameters
     ----------
@@ -254,7 +254,7 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
         Penalty weights (defaults: 0.1, 1.0, 0.5).
     heterogeneity : float
         Node i observes x0 + h u_i with u_i ~ N(0, I_K), so local optima differ (non-iid nodes); 0 is
-        paper 002's setting, every node observing the same x0 (default: 0.0).
+        Gauthier et al.'s (2023) setting, every node observing the same x0 (default: 0.0).
     rng : np.random.Generator
         Source of x0, A and e.
     """
@@ -316,7 +316,7 @@ def arrays_problem(cfg, *, with_reference: bool = True) -> NetworkProblem:
                           lam=cfg.lam, c1=cfg.c1, x_star=x_star, n_clipped=n_clip, reference_solver=solver)
 
 
-# ---------------------------------------------------------------- classification (paper 004)
+# ---------------------------------------------------------------- classification (Ding et al. 2019)
 def _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng):
     n = len(y)
     need = num_nodes * samples_per_node + test_samples
@@ -332,7 +332,8 @@ def _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng):
 def logistic_problem(x, y, *, name: str, num_nodes: int, samples_per_node: int, test_samples: int,
                      reg: float, rng: np.random.Generator, c1: float, n_clipped: int = 0,
                      with_reference: bool = True) -> NetworkProblem:
-    """Logistic loss + R(x) = Lambda ||x||^2 (paper 004, Sec. V): P = elastic_net(lam1=0, lam2=1), lam = Lambda."""
+    """Logistic loss + R(x) = Lambda ||x||^2 (Ding et al. 2019, Sec. V): P = elastic_net(lam1=0, lam2=1),
+    lam = Lambda."""
     feats, resps, xte, yte = _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng)
     loss, penalty = LogisticLoss(), Penalty("elastic_net", lam1=0.0, lam2=1.0)
     x_star = solve_smooth_reference(feats, resps, loss, penalty, reg) if with_reference else None
@@ -344,7 +345,7 @@ def logistic_problem(x, y, *, name: str, num_nodes: int, samples_per_node: int, 
 def adult_problem(*, num_nodes: int = 5, samples_per_node: int = 8000, test_samples: int = 1000,
                   reg: float = 1e-3, c1: float = 1.0, rng: np.random.Generator, path: str | None = None,
                   with_reference: bool = True) -> NetworkProblem:
-    """UCI Adult as in paper 004, Sec. V: rows with a missing value removed, train and test files pooled,
+    """UCI Adult as in Ding et al. (2019), Sec. V: rows with a missing value removed, train and test files pooled,
     a9a-like one-hot encoding (fdp_flower.data.tabular.encode_adult) plus an intercept, every row scaled
     by the public constant 1/sqrt(15) (at most 15 ones per row) and clipped to ||a|| <= c1; labels
     +1 for income > 50K.  N x m rows for training, ``test_samples`` of the rest for testing."""

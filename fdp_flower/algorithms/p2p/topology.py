@@ -1,4 +1,4 @@
-"""Communication graphs of the peer-to-peer mode (spec sections 3 and 4).
+"""Communication graphs of the peer-to-peer mode (docs/algorithms.md, sections 3 and 4).
 
 A :class:`Graph` is an immutable, connected, undirected simple graph on nodes
 ``0..n-1``.  Random families take an explicit ``np.random.Generator``; nothing
@@ -17,7 +17,7 @@ import numpy as np
 # noise and 2 for data), so a random graph never shares a stream with either.
 GRAPH_STREAM = 3
 
-# Paper 004 (PR-ADMM), Fig. 1 shows "a network with five agents"; the figure is
+# Ding et al. (2019) (PR-ADMM), Fig. 1 shows "a network with five agents"; the figure is
 # not in the text we have, so this is a reconstruction: a 5-cycle with one chord
 # (6 edges, degrees 3, 2, 3, 2, 2), connected and not complete.
 PAPER004_EDGES = ((0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2))
@@ -122,7 +122,7 @@ class Graph:
 
     @cached_property
     def laplacian(self) -> np.ndarray:
-        """L = D - A (the signed Laplacian L_- of paper 004 up to a factor)."""
+        """L = D - A (the signed Laplacian L_- of Ding et al. (2019) up to a factor)."""
         return np.diag(self.degrees.astype(float)) - self.adjacency
 
     @cached_property
@@ -163,7 +163,7 @@ def star(num_nodes: int, center: int = 0) -> Graph:
 
 
 def paper004_five() -> Graph:
-    """The 5-agent network of paper 004 (reconstruction, see ``PAPER004_EDGES``)."""
+    """The 5-agent network of Ding et al. (2019) (reconstruction, see ``PAPER004_EDGES``)."""
     return Graph(5, PAPER004_EDGES, "paper004_five")
 
 

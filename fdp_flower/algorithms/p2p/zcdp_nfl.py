@@ -1,4 +1,4 @@
-"""zCDP-NFL (paper 002, Algorithm 1, eqs. (7)-(9); spec section 3), one node at a time.
+"""zCDP-NFL (Gauthier et al. 2023, Algorithm 1, eqs. (7)-(9); docs/algorithms.md, section 3), one node at a time.
 
 Node i keeps its dual lam_i and its last release xt_i and sees only its
 neighbours' releases xt_j, j in N_i.  Step k -> k+1:
@@ -19,7 +19,8 @@ import numpy as np
 
 def nfl_primal_step(*, objective, own_released, neighbour_released, dual, features, response, eta: float,
                     rho: float) -> np.ndarray:
-    """x_i^{k+1} of spec section 3 (paper 002, eq. (7) with the first-order approximation (5)).
+    """x_i^{k+1} of docs/algorithms.md, eq. (3.1) (Gauthier et al. 2023, eq. (7) with the first-order
+    approximation (5)).
 
     ``neighbour_released`` has shape (|N_i|, K), rows in the node's neighbour order.
     """
@@ -31,13 +32,15 @@ def nfl_primal_step(*, objective, own_released, neighbour_released, dual, featur
 
 
 def nfl_dual_step(*, dual, own_released, neighbour_released, rho: float) -> np.ndarray:
-    """lam_i^{k+1} = lam_i^k + rho sum_{j in N_i} (xt_i^{k+1} - xt_j^{k+1}) (paper 002, eq. (9))."""
+    """lam_i^{k+1} = lam_i^k + rho sum_{j in N_i} (xt_i^{k+1} - xt_j^{k+1}) (docs/algorithms.md, eq. (3.3);
+    Gauthier et al. 2023, eq. (9))."""
     neighbour_released = np.asarray(neighbour_released, dtype=float)
     return dual + rho * (neighbour_released.shape[0] * own_released - neighbour_released.sum(axis=0))
 
 
 def nfl_sensitivity(*, gradient_bound: float, m: int, eta: float, rho: float, degree: int) -> float:
-    """Replace-one l2-sensitivity of x_i^{k+1}: 2 G / (m_i (1/eta_k + 2 rho |N_i|)) (paper 002, Lemma I).
+    """Replace-one l2-sensitivity of x_i^{k+1}: 2 G / (m_i (1/eta_k + 2 rho |N_i|)) (docs/algorithms.md, eq. (3.4);
+    Gauthier et al. 2023, Lemma I).
 
     Only the data term of s depends on the data; replacing one sample moves it by at most 2 G / m_i.
     """
