@@ -125,7 +125,10 @@ class PollingGrid:
         messages = list(messages)
         if not messages:
             return []
-        pending = set(self._grid.push_messages(messages))
+        try:
+            pending = set(self._grid.push_messages(messages))
+        except NotImplementedError:  # a grid that only sends and receives together (a test double)
+            return list(self._grid.send_and_receive(messages, timeout=timeout))
         del messages
         deadline = None if timeout is None else time.monotonic() + timeout
         pause, replies = FIRST_POLL, []
