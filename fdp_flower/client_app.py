@@ -1,4 +1,9 @@
-"""Flower ClientApp entry: parse the scenario once, dispatch on its algorithm."""
+"""Flower ClientApp entry: parse the scenario once per run, dispatch on its algorithm.
+
+Only what a client needs is imported here (numpy, the scenario schema, the wire format, the site
+rules); each family's worker is imported on its first message, and SciPy, dp_accounting,
+matplotlib and scikit-fda only by the code paths that use them.
+"""
 from __future__ import annotations
 
 import warnings
@@ -9,28 +14,33 @@ with warnings.catch_warnings():
     from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
 
-from fdp_flower.algorithms.registry import any_scenario_from_run_config, family_of
-from fdp_flower.clients.fdp_admm import handle_fdp_admm_train
-from fdp_flower.clients.gradient_admm import handle_gradient_admm_train
-from fdp_flower.clients.p2p import handle_p2p_train
+import importlib
+
+from fdp_flower.algorithms.registry import family_of
+from fdp_flower.clients.common import run_scenario
 from fdp_flower.clients.site import SITE_ERRORS, refusal_reply
 
 app = ClientApp()
 
-# algorithm family -> handler(msg, context, scenario) -> reply
-TRAIN_HANDLERS: dict[str, Callable[[Message, Context, object], Message]] = {
-    "fdp_admm": handle_fdp_admm_train,
-    "p2p": handle_p2p_train,
-    "gradient_admm": handle_gradient_admm_train,
+# algorithm family -> (module, handler(msg, context, scenario) -> reply), imported on first use
+TRAIN_HANDLERS: dict[str, tuple[str, str]] = {
+    "fdp_admm": ("fdp_flower.clients.fdp_admm", "handle_fdp_admm_train"),
+    "p2p": ("fdp_flower.clients.p2p", "handle_p2p_train"),
+    "gradient_admm": ("fdp_flower.clients.gradient_admm", "handle_gradient_admm_train"),
 }
+
+
+def train_handler(family: str) -> Callable[[Message, Context, object], Message]:
+    module, name = TRAIN_HANDLERS[family]
+    return getattr(importlib.import_module(module), name)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """One release; a refusal by the site's policy is an error reply (nothing released)."""
-    scenario = any_scenario_from_run_config(context.run_config)
+    scenario = run_scenario(context)
     try:
-        return TRAIN_HANDLERS[family_of(scenario.algorithm.kind)](msg, context, scenario)
+        return train_handler(family_of(scenario.algorithm.kind))(msg, context, scenario)
     except SITE_ERRORS as exc:
         return refusal_reply(msg, exc)
 
@@ -41,6 +51,6 @@ def query(msg: Message, context: Context) -> Message:
     from fdp_flower.clients.node_phase import handle_node_setup_query
 
     try:
-        return handle_node_setup_query(msg, context, any_scenario_from_run_config(context.run_config))
+        return handle_node_setup_query(msg, context, run_scenario(context))
     except SITE_ERRORS as exc:
         return refusal_reply(msg, exc)

@@ -163,6 +163,7 @@ class FakeGrid:
         self.sent: list[Message] = []
         self.replies: list[Message] = []
         self.round = 0
+        self.contexts: dict[int, Context] = {}
 
     def get_node_ids(self):
         return list(self.nodes)
@@ -176,8 +177,11 @@ class FakeGrid:
             if node not in self.nodes:
                 continue
             client = node - 1
-            ctx = Context(run_id=1, node_id=node, node_config={"partition-id": client,
-                          "num-partitions": self.sc.federation.num_clients}, state=RecordDict(), run_config={})
+            # one context per node, as a SuperNode keeps it: its state caches the basis and features
+            ctx = self.contexts.setdefault(node, Context(
+                run_id=1, node_id=node, node_config={"partition-id": client,
+                                                     "num-partitions": self.sc.federation.num_clients},
+                state=RecordDict(), run_config={}))
             rnd = int(msg.content["config"]["round"])
             reply = handle_fdp_admm_train(msg, ctx, self.sc)
             self.replies.append(reply)
@@ -388,8 +392,9 @@ def test_a_restarted_node_rejoins_under_a_new_node_id():
             for msg in messages:
                 if msg.metadata.dst_node_id == 99:  # the restarted SuperNode holds partition 5
                     msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-                    ctx = Context(run_id=1, node_id=99, node_config={"partition-id": 5, "num-partitions": 6},
-                                  state=RecordDict(), run_config={})
+                    ctx = self.contexts.setdefault(99, Context(
+                        run_id=1, node_id=99, node_config={"partition-id": 5, "num-partitions": 6},
+                        state=RecordDict(), run_config={}))
                     out.append(handle_fdp_admm_train(msg, ctx, sc))
                 else:  # the strategy never messages node 6 while it is gone
                     assert not (msg.metadata.dst_node_id == 6 and self.calls > 1)

@@ -257,7 +257,7 @@ def train_message(sc, round_, *, global_w=None, dual=None, noisy_primal=None) ->
 def call_train(monkeypatch, sc, ctx, msg):
     from fdp_flower import client_app
 
-    monkeypatch.setattr(client_app, "any_scenario_from_run_config", lambda _cfg: sc)
+    monkeypatch.setattr(client_app, "run_scenario", lambda _ctx: sc)
     return client_app.train(msg, ctx)
 
 
@@ -384,7 +384,7 @@ def test_the_federated_fpca_summary_follows_the_same_rule(tmp_path, monkeypatch)
     sc = parse_scenario({"seed": 9, "data": {"kind": "node_files", "grid_points": 21},
                          "federation": {"num_clients": 2},
                          "basis": {"kind": "federated_dp", "n_components": 3, "pre_basis_size": B}})
-    monkeypatch.setattr(client_app, "any_scenario_from_run_config", lambda _cfg: sc)
+    monkeypatch.setattr(client_app, "run_scenario", lambda _ctx: sc)
     path = node_file(tmp_path)
     curves = read_node_file(path).curves
     pre = federated_fpca.scenario_pre_basis(sc, np.linspace(0, 1, 21))
@@ -423,7 +423,7 @@ def test_the_federated_fpca_summary_follows_the_same_rule(tmp_path, monkeypatch)
     # a non-private summary is refused unless the site allows it
     nonprivate = parse_scenario({**sc.model_dump(mode="json"), "basis": {**sc.basis.model_dump(mode="json"),
                                                                          "private": False}})
-    monkeypatch.setattr(client_app, "any_scenario_from_run_config", lambda _cfg: nonprivate)
+    monkeypatch.setattr(client_app, "run_scenario", lambda _ctx: nonprivate)
     reply = client_app.query(query, context(path, tmp_path / "ledger", run_id=RUN + 1))
     assert reply.has_error() and reply.error.reason == (
         "site refuses the federated FPCA covariance summary without noise: set allow-nonprivate=true in the node "

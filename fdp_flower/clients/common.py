@@ -1,4 +1,4 @@
-"""Client-side helpers shared by the client workers: which partition this node is."""
+"""Client-side helpers shared by the client workers: the run's scenario, which partition this node is."""
 from __future__ import annotations
 
 import warnings
@@ -6,6 +6,25 @@ import warnings
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
     from flwr.app import Context
+
+#: (run id, run config) -> parsed scenario: one parse per run and process (a ClientApp process
+#: serves many messages in simulation; the run config of a run never changes)
+_SCENARIOS: dict[tuple, object] = {}
+_MAX_SCENARIOS = 8
+
+
+def run_scenario(context: Context):
+    """The scenario of ``context``'s run, parsed once per run in this process."""
+    from fdp_flower.algorithms.registry import any_scenario_from_run_config
+
+    key = (context.run_id, tuple(sorted((str(k), str(v)) for k, v in context.run_config.items())))
+    scenario = _SCENARIOS.get(key)
+    if scenario is None:
+        scenario = any_scenario_from_run_config(context.run_config)
+        if len(_SCENARIOS) >= _MAX_SCENARIOS:
+            _SCENARIOS.pop(next(iter(_SCENARIOS)))
+        _SCENARIOS[key] = scenario
+    return scenario
 
 
 def node_partition(context: Context, scenario, named: int | None = None) -> int:

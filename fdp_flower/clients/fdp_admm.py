@@ -1,9 +1,13 @@
 """FDP-ADMM client worker: one local step on the client's own data (docs/algorithms.md, eq. (1.2)).
 
-Pure function of (scenario, partition, message contents): the client keeps no
-state between rounds.  Noise is calibrated and added here, on the client, from
-public quantities (its sample count m_i, the round, the scenario); on node-local data
-the site's policy, noise and ledger apply (:mod:`fdp_flower.clients.site`).
+The step is a pure function of (scenario, partition, features, message contents); the
+algorithm's state (w, g_i, wt_i) lives on the server.  What a node keeps between rounds is a
+cache in its own ``context.state`` (node-local in Flower: the SuperNode stores it and hands it
+only to its own ClientApp, it is never part of a reply): the run's basis, received once per
+node, and each partition's clipped features and responses, computed once per run
+(:func:`node_features`).  Noise is calibrated and added here, on the client, from public
+quantities (its sample count m_i, the round, the scenario); on node-local data the site's
+policy, noise and ledger apply (:mod:`fdp_flower.clients.site`).
 """
 from __future__ import annotations
 
@@ -28,13 +32,16 @@ from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.clients.common import node_partition, partition_data_error
 from fdp_flower.clients.site import SiteSession, names_own_data
 from fdp_flower.functional.fpca import FunctionalBasis
-from fdp_flower.privacy import GaussianRelease
+from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
-from fdp_flower.wire import pack_arrays, unpack_arrays
+from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Context, Message, MetricRecord, RecordDict
+    from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+_BASIS_STATE = "fdp-basis"
+_FEATURES_STATE = "fdp-features-{partition}"
 
 
 @dataclass(frozen=True)
@@ -53,12 +60,15 @@ class ClientReply:
 def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: FunctionalBasis, *,
                            global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
                            round_: int,
-                           noise: Callable[[GaussianRelease], np.random.Generator] | None = None) -> ClientReply:
+                           noise: Callable[[GaussianRelease], np.random.Generator] | None = None,
+                           features: tuple[np.ndarray, int] | None = None) -> ClientReply:
     """Compute w_i^l from (w^{l-1}, g_i^{l-1}, wt_i^{l-1}) and release wt_i^l = w_i^l + N(0, sigma^2 I).
 
     ``noise`` maps the release's ledger event to its noise generator, called once the noise-free
     step is computed (:meth:`fdp_flower.clients.site.SiteSession.noise_for`: the site's policy and
-    ledger); default ``release_rng(seed, partition, round, privacy.noise_source)``.
+    ledger); default ``release_rng(seed, partition, round, privacy.noise_source)``.  ``features``:
+    (features, rows clipped) of :func:`~fdp_flower.algorithms.fdp_admm.plan.client_features` on
+    ``data`` and ``basis``, if already computed (a node's cache); ``data`` then supplies the responses.
     """
     dim = model_dim(scenario, basis)
     for name, arr in (("global_w", global_w), ("dual", dual), ("noisy_primal", noisy_primal)):
@@ -66,7 +76,7 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
             raise ValueError(f"{name} must have shape ({dim},), got {np.shape(arr)}")
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} contains NaN or infinite values")
-    features, clipped = client_features(scenario, basis, data)
+    features, clipped = client_features(scenario, basis, data) if features is None else features
     m = features.shape[0]
     plan = NoisePlan(scenario, dim)
     eta, sensitivity, sigma = plan.release(round_, m)
@@ -84,23 +94,108 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
     return ClientReply(released, partition, m, float(eta), float(sensitivity), sigma_value, clipped)
 
 
+class BasisMissing(RuntimeError):
+    """The message names a basis this node does not hold (an error reply: nothing is released)."""
+
+
+def node_basis(context: Context, arrays: dict[str, np.ndarray], digest: str | None) -> FunctionalBasis:
+    """The run's basis: from the message (the first one this node gets in the run), then from the
+    node's ``context.state``; ``digest`` (the message's ``basis-digest``) must match it."""
+    sent = {k[len(BASIS_PREFIX):]: v for k, v in arrays.items() if k.startswith(BASIS_PREFIX)}
+    if sent:
+        own = basis_digest(sent)
+        if digest is not None and own != digest:
+            raise ValueError(f"the basis arrays do not match the message's {BASIS_DIGEST_KEY}")
+        basis = FunctionalBasis.from_arrays(sent)
+        context.state[_BASIS_STATE] = pack_arrays(**sent)
+        context.state[_BASIS_STATE + "-digest"] = ConfigRecord({"digest": own})
+        return basis
+    if _BASIS_STATE not in context.state or (
+            digest is not None and context.state[_BASIS_STATE + "-digest"]["digest"] != digest):
+        raise BasisMissing(f"{BASIS_MISSING}: this node does not hold the run's basis {digest}")
+    return FunctionalBasis.from_arrays(unpack_arrays(context.state[_BASIS_STATE]))
+
+
+#: This process's features, keyed by (run, node, partition, basis, scenario, data file): a ClientApp
+#: process that serves many messages (Flower's simulation runtime) reuses them even when parallel
+#: messages of one node overwrite each other's ``context.state``; bounded by _PROCESS_CACHE_BYTES.
+_PROCESS_CACHE: dict[tuple, tuple[np.ndarray, int, np.ndarray]] = {}
+_PROCESS_CACHE_BYTES = 2 * 1024**3
+
+
+def _remember(key: tuple, value: tuple[np.ndarray, int, np.ndarray]) -> None:
+    size = value[0].nbytes + value[2].nbytes
+    while _PROCESS_CACHE and sum(v[0].nbytes + v[2].nbytes for v in _PROCESS_CACHE.values()) + size \
+            > _PROCESS_CACHE_BYTES:
+        _PROCESS_CACHE.pop(next(iter(_PROCESS_CACHE)))
+    if size <= _PROCESS_CACHE_BYTES:
+        _PROCESS_CACHE[key] = value
+
+
+def node_features(context: Context, scenario: Scenario, partition: int, basis: FunctionalBasis,
+                  digest: str) -> tuple[np.ndarray, int, np.ndarray]:
+    """(features, rows clipped, responses) of ``partition`` on ``basis``: computed once per run and
+    basis, then read from this process's cache or the node's ``context.state`` (a new ClientApp
+    process per message, as in a deployment).  Both are keyed by the basis digest, the scenario and
+    the data file, and neither leaves the node (only the noisy primal is replied)."""
+    from fdp_flower.clients.site import scenario_digest
+
+    path = context.node_config.get("data-path") or None
+    key = {"basis": digest, "scenario": scenario_digest(scenario), "data-path": str(path or "")}
+    process_key = (context.run_id, context.node_id, partition, *key.values())
+    if process_key in _PROCESS_CACHE:
+        return _PROCESS_CACHE[process_key]
+    name = _FEATURES_STATE.format(partition=partition)
+    if name in context.state and name + "-key" in context.state:
+        stored = context.state[name + "-key"]
+        if all(stored.get(k) == v for k, v in key.items()):
+            arrays = unpack_arrays(context.state[name])
+            value = (arrays["features"], int(stored["clipped"]), arrays["response"])
+            _remember(process_key, value)
+            return value
+    try:
+        data = load_partition(scenario, partition, path)
+    except ValueError as exc:  # a deployment error names the partition
+        raise partition_data_error(partition, exc) from None
+    features, clipped = client_features(scenario, basis, data)
+    context.state[name] = pack_arrays(features=features, response=data.response)
+    context.state[name + "-key"] = ConfigRecord({**key, "clipped": int(clipped)})
+    value = (features, int(clipped), data.response)
+    _remember(process_key, value)
+    return value
+
+
+@dataclass(frozen=True)
+class _Responses:
+    """The part of a partition's data the step needs once its features are known."""
+
+    response: np.ndarray
+
+
 def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) -> Message:
     """Unpack an FDP-ADMM train message, run the client worker, pack the reply (with the site's totals
-    on node-local data)."""
+    on node-local data).  A node that lost the run's basis answers with a :data:`BASIS_MISSING`
+    error before anything is computed or charged."""
     config = msg.content["config"]
     partition = node_partition(context, scenario, int(config["partition-id"]) if "partition-id" in config else None)
+    arrays = unpack_arrays(msg.content["arrays"])
+    digest = str(config[BASIS_DIGEST_KEY]) if BASIS_DIGEST_KEY in config else None
+    try:
+        basis = node_basis(context, arrays, digest)
+    except BasisMissing as exc:
+        from flwr.app import Error
+        from flwr.common.constant import ErrorCode
+
+        return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=str(exc)), reply_to=msg)
     site = SiteSession.open(context, scenario, node_local=names_own_data(context, data_source(scenario)))
     site.admit(scenario.privacy.enabled, "FDP-ADMM primal releases")
-    arrays = unpack_arrays(msg.content["arrays"])
-    basis = FunctionalBasis.from_arrays({k[len("basis_"):]: v for k, v in arrays.items() if k.startswith("basis_")})
-    try:
-        data = load_partition(scenario, partition, context.node_config.get("data-path") or None)
-    except ValueError as exc:
-        raise partition_data_error(partition, exc) from None
+    if digest is None:
+        digest = str(context.state[_BASIS_STATE + "-digest"]["digest"])
+    features, clipped, response = node_features(context, scenario, partition, basis, digest)
     reply = fdp_admm_client_update(
-        scenario, partition, data, basis,
+        scenario, partition, _Responses(response), basis,
         global_w=arrays["global_w"], dual=arrays["dual"], noisy_primal=arrays["noisy_primal"],
-        round_=int(config["round"]), noise=site.noise_for)
+        round_=int(config["round"]), noise=site.noise_for, features=(features, clipped))
     metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,
                "sensitivity": reply.sensitivity, "sigma": reply.sigma}
     if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:

@@ -55,7 +55,7 @@ def accounting_delta(scenario: Scenario) -> float:
 
 
 def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | None = None,
-                 with_reference: bool = True, total_budget: tuple[float, float] | None = None,
+                 with_reference: bool | None = None, total_budget: tuple[float, float] | None = None,
                  checkpoint_path=None, resume=None, stop_after: int | None = None,
                  resume_journal=None) -> RunResult:
     """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation.
@@ -75,6 +75,8 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     ``output.checkpoint_every`` rounds and at the end; ``resume``: a
     :class:`~fdp_flower.outputs.checkpoint.Checkpoint` to continue from (same scenario);
     ``stop_after``: stop (as if interrupted) after this round (for tests).
+    ``with_reference``: solve the exact reference (default: only up to
+    :data:`~fdp_flower.algorithms.fdp_admm.setup.REFERENCE_AUTO_LIMIT` samples; its time is logged apart).
 
     Noise that cannot be drawn again (``privacy.noise_source`` other than ``seeded``): every round's
     releases are journaled next to ``checkpoint_path`` before the noise is drawn

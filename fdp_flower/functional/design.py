@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from fdp_flower.functional.fpca import quadrature_weights
 from fdp_flower.privacy.mechanisms import DATA_STREAM
@@ -79,6 +78,8 @@ def partition_bounds(n: int, num_partitions: int) -> np.ndarray:
 
 def quantile_shift(tau: float) -> float:
     """F^{-1}(tau) of the t(3) errors: y = int beta X + e - F^{-1}(tau) has tau-quantile int beta X."""
+    from scipy import stats  # lazily: keeps scipy out of a client that reads its own files
+
     return float(stats.t.ppf(tau, 3))
 
 

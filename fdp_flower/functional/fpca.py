@@ -14,13 +14,14 @@ import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import integrate, interpolate
 
 FIXED_FAMILIES = ("cosine", "fourier", "bspline")
 
 
 def simpson_weights(grid: np.ndarray) -> np.ndarray:
     """Quadrature weights q with sum_g q_g f(t_g) = Simpson's rule for int f."""
+    from scipy import integrate  # lazily: a client only projects on a received basis
+
     grid = np.asarray(grid, dtype=float)
     return integrate.simpson(np.eye(grid.size), x=grid, axis=1)
 
@@ -178,14 +179,70 @@ def _fpca_eigh(curves: np.ndarray, grid: np.ndarray, k: int) -> tuple[np.ndarray
     root = np.sqrt(weights)
     z = curves - mean
     z *= root
-    gram = z.T @ z
+    return (mean, *_components_of_gram(z.T @ z, root, k))
+
+
+def _components_of_gram(gram: np.ndarray, root: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(components (k, G), ratio (k,)) from the weighted G x G Gram matrix Z^T Z of :func:`_fpca_eigh`."""
     values, vectors = np.linalg.eigh(gram)
     values, vectors = values[::-1], vectors[:, ::-1]
     v = vectors[:, :k].T
     flip = np.sign(v[np.arange(k), np.argmax(np.abs(v), axis=1)])
     v = v * np.where(flip == 0, 1.0, flip)[:, None]
     ratio = np.clip(values[:k], 0.0, None) / np.sum(np.clip(values, 0.0, None))
-    return mean, v / root, ratio
+    return v / root, ratio
+
+
+_STREAM_ROWS = 20_000
+
+
+def fit_pooled_fpca_streamed(chunks, grid: np.ndarray, *, n_components: int | None = None,
+                             explained_variance: float | None = None, max_components: int = 30) -> FunctionalBasis:
+    """:func:`fit_pooled_fpca` (method ``eigh``) from an iterable of curve blocks (e.g. one client's slice
+    at a time), without ever holding all curves: one pass accumulates n, the sum and the cross-products
+    of the curves shifted by the first block's mean (c), then Z^T Z = W^{1/2} (S - n d d^T) W^{1/2}
+    with d = mean - c; the score variances are diag(Phi W Cov W Phi^T), Cov = (S - n d d^T) / n.
+    Equal to :func:`fit_pooled_fpca` up to rounding."""
+    grid = _check_grid(grid)
+    n, shift, total, cross = 0, None, np.zeros(grid.size), np.zeros((grid.size, grid.size))
+    pending: list[np.ndarray] = []  # small blocks are gathered into one product of >= _STREAM_ROWS rows
+
+    def absorb() -> None:
+        centred = np.vstack(pending) - shift
+        pending.clear()
+        total[:] += centred.sum(axis=0)
+        cross[:] += centred.T @ centred
+
+    for chunk in chunks:
+        chunk = _check_curves(chunk, grid)
+        if chunk.shape[0] == 0:
+            continue
+        if shift is None:
+            shift = chunk.mean(axis=0)
+        pending.append(chunk)
+        n += chunk.shape[0]
+        if sum(p.shape[0] for p in pending) >= _STREAM_ROWS:
+            absorb()
+    if pending:
+        absorb()
+    if (n_components is None) == (explained_variance is None):
+        raise ValueError("give exactly one of n_components and explained_variance")
+    limit = min(n - 1, grid.size)
+    k_fit = n_components if n_components is not None else min(max_components, limit)
+    if not 1 <= k_fit <= limit:
+        raise ValueError(f"n_components must be between 1 and {limit} for {n} curves on {grid.size} points, "
+                         f"got {k_fit}")
+    d = total / n
+    scatter = cross - n * np.outer(d, d)
+    weights = quadrature_weights(grid)
+    root = np.sqrt(weights)
+    components, ratio = _components_of_gram(root[:, None] * scatter * root[None, :], root, k_fit)
+    if explained_variance is not None:
+        k = choose_n_components(ratio, explained_variance)
+        components, ratio = components[:k], ratio[:k]
+    projector = components * weights
+    eigenvalues = np.einsum("kg,gh,kh->k", projector, scatter / n, projector)
+    return FunctionalBasis(grid, components, shift + d, weights, "pooled", ratio, eigenvalues=eigenvalues)
 
 
 def fit_pooled_fpca(curves: np.ndarray, grid: np.ndarray, *, n_components: int | None = None,
@@ -271,6 +328,8 @@ def fixed_basis(family: str, n_components: int, grid: np.ndarray, *,
     else:
         if n_components < 4:
             raise ValueError("a cubic B-spline basis needs n_components >= 4")
+        from scipy import interpolate
+
         inner = np.linspace(0, 1, n_components - 2)
         knots = np.r_[[0.0] * 3, inner, [1.0] * 3]
         raw = np.vstack([interpolate.BSpline(knots, np.eye(n_components)[i], 3, extrapolate=False)(t)

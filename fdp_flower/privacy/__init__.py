@@ -6,27 +6,27 @@
 - :mod:`.closed_forms`: each paper's printed privacy figure, to show beside the ledger;
 - :mod:`.guard`: :class:`BudgetGuard`, which refuses a release that would exceed a total budget.
 """
-from fdp_flower.privacy.calibration import (
-                                            SCHEDULE_SHAPES,
-                                            calibrate_noise_multiplier,
-                                            calibrate_schedule,
-                                            composed_gaussian_event,
-                                            schedule_multipliers,
-)
-from fdp_flower.privacy.guard import BudgetExhausted, BudgetGuard, GuardReport
-from fdp_flower.privacy.ledger import (
-                                            NEIGHBOURING_FACTORS,
-                                            GaussianRelease,
-                                            PrivacyLedger,
-                                            PrivacySummary,
-                                            pld_epsilon,
-                                            rdp_epsilon,
-                                            summarize,
-                                            zcdp_epsilon,
-)
+from __future__ import annotations
 
-__all__ = [
-    "BudgetExhausted", "BudgetGuard", "GaussianRelease", "GuardReport", "NEIGHBOURING_FACTORS", "PrivacyLedger",
-    "PrivacySummary", "SCHEDULE_SHAPES", "calibrate_noise_multiplier", "calibrate_schedule",
-    "composed_gaussian_event", "pld_epsilon", "rdp_epsilon", "schedule_multipliers", "summarize", "zcdp_epsilon",
-]
+import importlib
+
+# name -> submodule, imported on first use: a client that needs only GaussianRelease does not
+# import dp_accounting (and through it scipy)
+_EXPORTS = {
+    **dict.fromkeys(["SCHEDULE_SHAPES", "calibrate_noise_multiplier", "calibrate_schedule", "composed_gaussian_event",
+                     "schedule_multipliers"], "calibration"),
+    **dict.fromkeys(["BudgetExhausted", "BudgetGuard", "GuardReport"], "guard"),
+    **dict.fromkeys(["NEIGHBOURING_FACTORS", "GaussianRelease", "PrivacyLedger", "PrivacySummary", "pld_epsilon",
+                     "rdp_epsilon", "summarize", "zcdp_epsilon"], "ledger"),
+}
+
+
+def __getattr__(name: str):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+__all__ = sorted(_EXPORTS)

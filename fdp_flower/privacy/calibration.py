@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import dp_accounting
 import numpy as np
-from dp_accounting import pld
+
+if TYPE_CHECKING:  # dp_accounting is imported where it is used: a client never loads it
+    import dp_accounting
+    from dp_accounting import pld
 
 SCHEDULE_SHAPES = ("constant", "geometric", "periodic", "iteration")
 
@@ -70,6 +73,8 @@ def composed_gaussian_event(noise_multipliers: Sequence[float]) -> dp_accounting
     Multipliers equal up to 1e-12 (relative), e.g. ``(z * Delta) / Delta``, are
     one group; distinct multipliers keep their order of first appearance.
     """
+    import dp_accounting
+
     return dp_accounting.ComposedDpEvent([
         dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), n)
         for z, n in _group_multipliers(noise_multipliers)
@@ -78,6 +83,8 @@ def composed_gaussian_event(noise_multipliers: Sequence[float]) -> dp_accounting
 
 def pld_accountant(discretization: float = PLD_DISCRETIZATION) -> pld.PLDAccountant:
     """A fresh PLD accountant (default: the ledger's discretization for mu <= PLD_FINE_MU)."""
+    from dp_accounting import pld
+
     return pld.PLDAccountant(value_discretization_interval=discretization)
 
 
@@ -112,6 +119,8 @@ def composed_mu(noise_multipliers: Sequence[float]) -> float:
 
 def target_mu(eps: float, delta: float) -> float:
     """mu of the Gaussian whose exact eps at ``delta`` is ``eps`` (inf when not computable)."""
+    import dp_accounting
+
     try:
         with np.errstate(all="ignore"):
             sigma = float(dp_accounting.get_sigma_gaussian(eps, delta))
@@ -137,6 +146,8 @@ def analytic_gaussian_epsilon(mu: float, delta: float) -> float:
     if mu == 0:
         return 0.0
     if math.isfinite(mu):
+        import dp_accounting
+
         try:
             with np.errstate(all="ignore"):
                 eps = float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta))
@@ -219,6 +230,8 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
         raise ValueError(f"eps_total must be finite and > 0, got {eps_total}")
     if not 0 < delta_total < 1:
         raise ValueError(f"delta_total must be in (0, 1), got {delta_total}")
+    import dp_accounting
+
     rel = np.asarray([float(r) for r in relative_multipliers])
     if rel.size == 0 or rel.min() <= 0 or not np.all(np.isfinite(rel)):
         raise ValueError("relative_multipliers must be a non-empty sequence of positive finite numbers")

@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import dp_accounting
 import numpy as np
-from dp_accounting import pld, rdp
+
+if TYPE_CHECKING:  # dp_accounting is imported where it is used: a client never loads it
+    import dp_accounting
 
 from fdp_flower.privacy.calibration import (
     PLD_FALLBACK_NOTE,
@@ -154,6 +155,8 @@ def rdp_epsilon(releases, delta: float) -> float:
     """eps of the composed releases by the RDP accountant of ``dp_accounting``."""
     if not _multipliers(releases):
         return 0.0
+    from dp_accounting import rdp
+
     try:
         with np.errstate(all="ignore"):  # tiny multipliers overflow some orders; the answer is checked below
             acc = rdp.RdpAccountant()
@@ -192,6 +195,9 @@ def pld_epsilon(releases, delta: float, discretization: float | None = None) -> 
     interval = pld_discretization(mu) if discretization is None else discretization
     if interval is None:
         return analytic_gaussian_epsilon(mu, delta)
+    import dp_accounting
+    from dp_accounting import pld
+
     try:
         acc = pld.PLDAccountant(value_discretization_interval=interval)
         acc.compose(dp_accounting.GaussianDpEvent(1.0 / mu))
@@ -251,6 +257,22 @@ class PrivacyLedger:
     """Append-only record of every release, per client."""
 
     releases: list[GaussianRelease] = field(default_factory=list)
+    # per-client index of ``releases`` (and each client's running zCDP rho), extended on use:
+    # the per-round worst-case look-up is then O(clients), not O(clients x releases)
+    _index: dict[int, list[GaussianRelease]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _rho: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _indexed: int = field(default=0, init=False, repr=False, compare=False)
+    _indexed_list: list | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _by_client(self) -> dict[int, list[GaussianRelease]]:
+        """The releases of every client, in order (the list is append-only; replaced -> rebuilt)."""
+        if self._indexed_list is not self.releases or self._indexed > len(self.releases):
+            self._index, self._rho, self._indexed, self._indexed_list = {}, {}, 0, self.releases
+        for r in self.releases[self._indexed:]:
+            self._index.setdefault(r.client, []).append(r)
+            self._rho[r.client] = self._rho.get(r.client, 0) + r.zcdp_rho
+        self._indexed = len(self.releases)
+        return self._index
 
     def record(self, release: GaussianRelease) -> None:
         """Append a release; call only after the noise was actually added."""
@@ -264,16 +286,17 @@ class PrivacyLedger:
 
     @property
     def clients(self) -> list[int]:
-        return sorted({r.client for r in self.releases})
+        return sorted(self._by_client())
 
     def of_client(self, client: int, up_to_round: int | None = None) -> list[GaussianRelease]:
-        return [
-            r for r in self.releases
-            if r.client == client and (up_to_round is None or r.round <= up_to_round)
-        ]
+        rel = self._by_client().get(client, [])
+        return list(rel) if up_to_round is None else [r for r in rel if r.round <= up_to_round]
 
     def zcdp_rho(self, client: int, up_to_round: int | None = None) -> float:
         """Total zCDP rho of ``client`` = sum of Delta^2 / (2 sigma^2)."""
+        if up_to_round is None:
+            self._by_client()
+            return float(self._rho.get(client, 0))
         return float(sum(r.zcdp_rho for r in self.of_client(client, up_to_round)))
 
     def summary(self, client: int, delta: float, *, up_to_round: int | None = None,
@@ -314,6 +337,8 @@ class PrivacyLedger:
         """
         rel = sorted(self.of_client(client), key=lambda r: r.round)
         rounds = sorted({r.round for r in rel}) if rounds is None else sorted(set(rounds))
+        from dp_accounting import rdp
+
         rdp_acc = rdp.RdpAccountant()
         out, done, rho, count = [], 0, 0.0, 0
         for t in rounds:

@@ -1,9 +1,13 @@
 """FDP-ADMM server strategy (Flower Message API): averaging and dual bookkeeping.
 
 The strategy owns every piece of run state (global w, each client's dual and
-last released primal, the privacy ledger); clients are stateless.  Each round it
-sends every client its own (w, g_i, wt_i, l), and on the replies calls the pure
-server update :meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.
+last released primal, the privacy ledger); a node keeps only a cache of its own features and
+of the basis (:mod:`fdp_flower.clients.fdp_admm`).  Each round it sends every client its own
+(w, g_i, wt_i, l) and the basis's digest (the basis itself only in a node's first message),
+and on the replies calls the pure server update
+:meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.  Its metrics go through
+Flower's server-side evaluation (``evaluate_fn`` of :meth:`Strategy.start`,
+:meth:`FDPADMMStrategy.evaluate_fn`): each round is printed once, as a global evaluation.
 """
 from __future__ import annotations
 
@@ -50,12 +54,13 @@ from fdp_flower.outputs.results import RunResult, check_output_dir, privacy_head
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.strategies.common import (
     FederationError,
+    polling,
     round_metrics,
     run_results_dir,
     site_report,
     wait_for_nodes,
 )
-from fdp_flower.wire import pack_arrays, unpack_arrays
+from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
 
 
 class FDPADMMStrategy(Strategy):
@@ -66,7 +71,7 @@ class FDPADMMStrategy(Strategy):
     scenario : Scenario
         The parsed run description (rho, rounds, privacy, ...).
     basis : FunctionalBasis
-        The public basis sent to clients with every message.
+        The public basis, sent to each node once per run (later messages carry its digest).
     evaluate_state : callable, optional
         ``f(state) -> dict`` of metrics logged every round (simulation only:
         the evaluator may see pooled data). (default: None)
@@ -119,6 +124,9 @@ class FDPADMMStrategy(Strategy):
         #: journal of requested releases (:mod:`fdp_flower.outputs.release_journal`), when a re-release
         #: would draw new noise (node-local data, or a non-seeded noise source); set by the runner
         self.journal: Path | None = None
+        self._basis_arrays = {f"{BASIS_PREFIX}{k}": v for k, v in basis.to_arrays().items()}
+        self.basis_digest = basis_digest(basis.to_arrays())
+        self._basis_nodes: set[int] = set()  # nodes that replied to a message with the basis in this run
 
     def resume_from(self, checkpoint) -> int:
         """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,
@@ -184,7 +192,6 @@ class FDPADMMStrategy(Strategy):
         if not node_ids:
             raise FederationError(f"round {server_round}: no nodes connected")
         self._live_nodes = set(node_ids)
-        basis = {f"basis_{k}": v for k, v in self.basis.to_arrays().items()}
         self._named = self._named or len(node_ids) < self.num_clients
         self._outbox = []
         assignment = self._assign(node_ids)
@@ -195,9 +202,13 @@ class FDPADMMStrategy(Strategy):
             append_requests(self.journal, [r for r in (self._planned_release(server_round, c) for c in targets)
                                            if r is not None])
         for node, client in assignment:
-            cfg = {"round": server_round}
+            cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest}
             if client is not None and self._named:
                 cfg["partition-id"] = client
+            # the basis goes with every message to a node until it has replied once: a node may
+            # process one round's messages in parallel (Flower's simulation runtime), each on its own
+            # copy of the node's context
+            basis = {} if node in self._basis_nodes else self._basis_arrays
             content = RecordDict({"arrays": pack_arrays(**self._client_payload(client), **basis),
                                   "config": ConfigRecord(cfg)})
             self._outbox.append((Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN),
@@ -299,6 +310,8 @@ class FDPADMMStrategy(Strategy):
             hint = entry[1]
             try:
                 if reply.has_error():
+                    if BASIS_MISSING in reply.error.reason:  # the node lost its cache: send it the basis again
+                        self._basis_nodes.discard(node)
                     code = int(reply.error.code)
                     kind = NOT_RELEASED if code in (1, 2, 6, 7) else MAY_HAVE_RELEASED
                     err = FederationError(f"error reply (code {code}): {reply.error.reason}".splitlines()[0])
@@ -316,6 +329,7 @@ class FDPADMMStrategy(Strategy):
                     unattributed.append(kind)
                 continue
             self.node_of_client[client] = node
+            self._basis_nodes.add(node)
             self.sample_sizes[client] = int(reply.content["metrics"]["num-examples"])
             if (report := site_report(reply)) is not None:
                 self.site_reports[client] = report
@@ -382,6 +396,14 @@ class FDPADMMStrategy(Strategy):
             return None
         return round_metrics(self.history, server_round)
 
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None):
+        """:meth:`Strategy.start` collecting each round's replies with the short poll of
+        :class:`~fdp_flower.strategies.common.PollingGrid` (a test double without push/pull is used as is)."""
+        return super().start(polling(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config,
+                             evaluate_fn)
+
     def _client_of_node(self, node: int) -> int | None:
         clients = [c for c, n in self.node_of_client.items() if n == node]
         return clients[0] if len(clients) == 1 else None
@@ -432,7 +454,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         from fdp_flower.strategies.node_phase import ReleasedStatistics, node_setup
 
         wait_for_nodes(grid, scenario.federation.num_clients)
-        setup = node_setup(grid, scenario, timeout=scenario.faults.reply_timeout)
+        setup = node_setup(polling(grid), scenario, timeout=scenario.faults.reply_timeout)
         sizes, basis, evaluator = setup.sizes, setup.basis, ReleasedStatistics()
     else:
         sizes, basis, _features, _responses, _clipped, evaluator = simulation_setup(scenario)

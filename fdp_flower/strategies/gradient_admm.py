@@ -33,7 +33,7 @@ from fdp_flower.algorithms.gradient_admm.update import (
     theorem1_sigma,
 )
 from fdp_flower.privacy import PrivacyLedger
-from fdp_flower.strategies.common import reply_sender, round_metrics, run_results_dir
+from fdp_flower.strategies.common import polling, reply_sender, round_metrics, run_results_dir
 from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
@@ -229,7 +229,7 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
         return row
 
     strategy = strategy_from_scenario(scenario, problem, evaluate_state=evaluate)
-    strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
+    strategy.start(grid=polling(grid), initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
                    num_rounds=scenario.algorithm.rounds, evaluate_fn=strategy.evaluate_fn)
     if strategy.privacy is not None:
         from fdp_flower.outputs.results import privacy_headline, privacy_section

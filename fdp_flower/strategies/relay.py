@@ -28,7 +28,7 @@ with warnings.catch_warnings():
 from fdp_flower.algorithms.p2p.node import NodeState, P2PAlgorithm
 from fdp_flower.algorithms.p2p.topology import Graph
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.strategies.common import reply_sender, round_metrics, run_results_dir
+from fdp_flower.strategies.common import polling, reply_sender, round_metrics, run_results_dir
 from fdp_flower.wire import pack_arrays, unpack_arrays
 
 
@@ -171,7 +171,7 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
     if connected < graph.num_nodes:
         log(INFO, "p2p relay: %d Flower nodes for %d graph nodes: each Flower node runs several graph nodes",
             connected, graph.num_nodes)
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=algorithm.steps,
+    strategy.start(grid=polling(grid), initial_arrays=ArrayRecord(), num_rounds=algorithm.steps,
                    evaluate_fn=strategy.evaluate_fn)
     return strategy
 

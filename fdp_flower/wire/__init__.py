@@ -2,6 +2,14 @@
 
 Clients import only this (and the pure math), never the server side (:mod:`fdp_flower.strategies`).
 """
-from fdp_flower.wire.records import SETUP_PHASE, pack_arrays, unpack_arrays
+from fdp_flower.wire.records import (
+    BASIS_DIGEST_KEY,
+    BASIS_MISSING,
+    BASIS_PREFIX,
+    SETUP_PHASE,
+    basis_digest,
+    pack_arrays,
+    unpack_arrays,
+)
 
-__all__ = ["SETUP_PHASE", "pack_arrays", "unpack_arrays"]
+__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "SETUP_PHASE", "basis_digest", "pack_arrays", "unpack_arrays"]

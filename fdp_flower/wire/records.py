@@ -1,6 +1,7 @@
 """The wire format shared by strategies (server side) and client workers: numpy arrays <-> Flower records."""
 from __future__ import annotations
 
+import hashlib
 import warnings
 
 import numpy as np
@@ -20,3 +21,23 @@ def unpack_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 #: The ``phase`` of the QUERY message that opens a run on node-local data (m_i, grid, DP-FPCA summary).
 SETUP_PHASE = "node-setup"
+
+
+#: Prefix of the basis arrays in the first FDP-ADMM train message a node receives in a run.
+BASIS_PREFIX = "basis_"
+#: Start of the reason of a node's error reply when it does not hold the basis a message names
+#: (the server then sends the basis again).
+BASIS_MISSING = "basis-missing"
+#: Config key of every FDP-ADMM train message: the digest of the run's basis (:func:`basis_digest`).
+BASIS_DIGEST_KEY = "basis-digest"
+
+
+def basis_digest(arrays: dict[str, np.ndarray]) -> str:
+    """``sha256:<hex>`` of a basis's named arrays (as float64, in name order): the basis travels
+    once per node and run, later messages name it by this digest."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(arrays[name], dtype=float)
+        h.update(f"{name}:{value.shape}".encode())
+        h.update(value.tobytes())
+    return "sha256:" + h.hexdigest()

@@ -21,8 +21,7 @@ from fdp_flower.core.schedules import StepSchedule, theorem2_base
 from fdp_flower.functional import bases, sources
 from fdp_flower.functional.design import CurveData
 from fdp_flower.functional.fpca import FunctionalBasis
-from fdp_flower.privacy import GaussianRelease
-from fdp_flower.privacy.calibration import calibrate_noise_multiplier, schedule_multipliers
+from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import classic_gaussian_sigma
 
 
@@ -146,6 +145,8 @@ class NoisePlan:
         rounds = self.scenario.algorithm.rounds
         if p.mode == "per_round":
             return np.full(rounds, float(classic_gaussian_sigma(1.0, p.eps, p.delta)))
+        from fdp_flower.privacy.calibration import calibrate_noise_multiplier, schedule_multipliers
+
         rel = schedule_multipliers(p.schedule.kind, rounds, **p.schedule.model_dump(exclude={"kind"}))
         fixed = [] if self.basis_multiplier is None else [self.basis_multiplier]
         try:

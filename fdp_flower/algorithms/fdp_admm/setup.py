@@ -1,6 +1,8 @@
 """FDP-ADMM simulation setup: every client's data, the basis, the features and the evaluator."""
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -19,6 +21,8 @@ from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution, pooled_o
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective
 from fdp_flower.functional import bases, design
 from fdp_flower.functional.fpca import FunctionalBasis
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -92,16 +96,19 @@ def available_memory() -> int | None:
 
 
 def simulation_memory(scenario: Scenario) -> int | None:
-    """Bytes a simulated run's setup holds at its peak, estimated from the design: the curves
-    (n x G doubles) twice (per-client parts and the pooled or projected copy) and, for a pooled
-    FPCA, the G x G covariance with its eigendecomposition (four G x G doubles).  None when the
-    design's size is not known before reading files."""
+    """Bytes a simulated run's setup holds at its peak, estimated from the design: the curves of
+    one client's slice (m x G doubles) twice (generated and projected; :func:`simulation_setup`
+    streams the slices), or of all n curves twice for a federated-DP basis, which keeps them; the
+    features (n x G doubles at most); and, for a pooled FPCA, the G x G covariance with its
+    eigendecomposition (four G x G doubles).  None when the design's size is not known before
+    reading files."""
     data = scenario.data
     if getattr(data, "kind", None) != "paper_simulation":
         return None
     n, points = int(data.n_samples), int(data.grid_points)
-    pooled = bases.basis_kind(scenario.basis).needs_pooled_curves
-    return 8 * (2 * n * points + (4 * points * points if pooled else 0))
+    kind = bases.basis_kind(scenario.basis)
+    held = n if kind.federated_phase else max(int(m) for m in partition_sizes(scenario))
+    return 8 * (2 * held * points + n * points + (4 * points * points if kind.needs_pooled_curves else 0))
 
 
 def check_memory(scenario: Scenario, available: int | None = None) -> None:
@@ -116,28 +123,58 @@ def check_memory(scenario: Scenario, available: int | None = None) -> None:
                      "reduce data.n_samples or data.grid_points")
 
 
-def simulation_setup(scenario: Scenario, *, with_reference: bool = True):
-    """Everything a simulated run needs: per-client data, basis, features, evaluator."""
+#: Above this many samples the exact reference (a linear program on all n rows) is solved only
+#: when the run asks for it (``with_reference=True``); it dominates a run's time at n = 1e6.
+REFERENCE_AUTO_LIMIT = 200_000
+
+
+def simulation_setup(scenario: Scenario, *, with_reference: bool | None = None):
+    """Everything a simulated run needs: per-client data, basis, features, evaluator.
+
+    Each client's slice is loaded (generated), projected and dropped in turn, so all curves of all
+    clients are never held at once: a pooled basis is fitted in a first pass over the slices
+    (:func:`fdp_flower.functional.fpca.fit_pooled_fpca_streamed`), the features in a second; only a
+    federated-DP basis, built from every client's curves in process, keeps them.
+    ``with_reference``: solve the exact reference (None: only up to :data:`REFERENCE_AUTO_LIMIT` samples).
+    """
     check_memory(scenario)
     sizes = partition_sizes(scenario)
     source = data_source(scenario)
-    parts = [source.load(i) for i in range(len(sizes))]
+    clients = range(len(sizes))
     kind = bases.basis_kind(scenario.basis)
+    parts = None
     if kind.federated_phase:
         from fdp_flower.functional.federated_fpca import scenario_basis_in_process
 
+        parts = [source.load(i) for i in clients]
         basis, _releases = scenario_basis_in_process(scenario, [p.curves for p in parts], grid_of(scenario))
+    elif kind.needs_pooled_curves:
+        from fdp_flower.functional.fpca import fit_pooled_fpca_streamed
+
+        b = scenario.basis
+        basis = fit_pooled_fpca_streamed((source.load(i).curves for i in clients), grid_of(scenario),
+                                         n_components=b.n_components, explained_variance=b.explained_variance)
     else:
-        pooled = np.vstack([p.curves for p in parts]) if kind.needs_pooled_curves else None
-        basis = bases.build_basis(scenario.basis, grid_of(scenario), pooled)
-    feats, clipped = zip(*(client_features(scenario, basis, p) for p in parts))
-    responses = [p.response for p in parts]
+        basis = bases.build_basis(scenario.basis, grid_of(scenario), None)
+    feats, clipped, responses = [], [], []
+    for i in clients:
+        part = parts[i] if parts is not None else source.load(i)
+        f, c = client_features(scenario, basis, part)
+        feats.append(f)
+        clipped.append(c)
+        responses.append(part.response)
+        del part
+    parts = None
+    if with_reference is None:
+        with_reference = int(np.sum(sizes)) <= REFERENCE_AUTO_LIMIT
     reference = None
     if with_reference and scenario.model.penalty.kind in ("l1", "none", "l2", "elastic_net") \
             and scenario.model.loss.kind in ("quantile", "absolute"):
         ob = build_objective(scenario)
+        started = time.perf_counter()
         reference = solve_reference(list(feats), responses, ob.loss, ob.penalty, ob.lam)
-    evaluator = Evaluator(scenario, basis, list(feats), responses, reference)
-    return sizes, basis, list(feats), responses, list(clipped), evaluator
+        log.info("exact reference solved in %.1fs (n = %d)", time.perf_counter() - started, int(np.sum(sizes)))
+    evaluator = Evaluator(scenario, basis, feats, responses, reference)
+    return sizes, basis, feats, responses, clipped, evaluator
 
 

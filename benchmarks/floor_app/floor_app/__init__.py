@@ -1,0 +1,1 @@
+"""Plain-Flower floor app of the scaling benchmark (no fdp_flower import)."""

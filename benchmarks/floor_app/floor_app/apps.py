@@ -1,0 +1,76 @@
+"""ServerApp and ClientApp that exchange FDP-ADMM-sized messages and do nothing else."""
+from __future__ import annotations
+
+import time
+import warnings
+from logging import INFO
+
+import numpy as np
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.common.logger import log
+    from flwr.serverapp import Grid, ServerApp
+
+server = ServerApp()
+client = ClientApp()
+
+
+def _arrays(**values: np.ndarray) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v, dtype=float)) for k, v in values.items()})
+
+
+def short_poll(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
+    """Push, then pull every 0.01 s doubling to 0.1 s (what fdp-flower's strategies do)."""
+    pending = set(grid.push_messages(messages))
+    deadline, pause, replies = time.monotonic() + timeout, 0.01, []
+    while pending and time.monotonic() < deadline:
+        got = list(grid.pull_messages(pending))
+        replies += got
+        pending.difference_update(m.metadata.reply_to_message_id for m in got)
+        if pending:
+            time.sleep(pause)
+            pause = min(2 * pause, 0.1)
+    return replies
+
+
+@server.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    clients, dim, points, rounds = (int(cfg["num-clients"]), int(cfg["dim"]), int(cfg["grid-points"]),
+                                    int(cfg["rounds"]))
+    poll = str(cfg["poll"])
+    basis = {"basis_grid": np.zeros(points), "basis_components": np.zeros((dim, points)),
+             "basis_mean": np.zeros(points), "basis_weights": np.zeros(points)}
+    while len(list(grid.get_node_ids())) < 1:
+        time.sleep(0.2)
+    time.sleep(2.0)  # the same settle time as the fdp-flower strategies
+    nodes = sorted(grid.get_node_ids())
+    sent_basis: set[int] = set()
+    started = time.monotonic()
+    for r in range(1, rounds + 1):
+        log(INFO, "[ROUND %d/%d]", r, rounds)
+        messages = []
+        for c in range(clients):
+            node = nodes[c % len(nodes)]
+            extra = {} if node in sent_basis else basis
+            sent_basis.add(node)
+            content = RecordDict({"arrays": _arrays(global_w=np.zeros(dim), dual=np.zeros(dim),
+                                                    noisy_primal=np.zeros(dim), **extra),
+                                  "config": ConfigRecord({"round": r, "partition-id": c})})
+            messages.append(Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN))
+        replies = list(grid.send_and_receive(messages, timeout=600) if poll == "flower" else
+                       short_poll(grid, messages, timeout=600))
+        if len(replies) != clients:
+            raise RuntimeError(f"round {r}: {len(replies)} of {clients} replies")
+    log(INFO, "floor: %d rounds finished in %.3fs", rounds, time.monotonic() - started)
+
+
+@client.train()
+def train(msg: Message, context: Context) -> Message:
+    dim = msg.content["arrays"]["global_w"].numpy().size
+    content = RecordDict({"arrays": _arrays(noisy_primal=np.zeros(dim)),
+                          "metrics": MetricRecord({"partition-id": int(msg.content["config"]["partition-id"])})})
+    return Message(content=content, reply_to=msg)

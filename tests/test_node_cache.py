@@ -1,0 +1,125 @@
+"""A node's cache: the basis travels once per node and run, features are computed once per run,
+the cache stays in the node's context (never in a reply), and a client imports only what it needs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from fdp_flower.algorithms.fdp_admm import plan
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.clients import fdp_admm as client
+from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX
+from tests.test_faults import FakeGrid, run_strategy, task_identity  # noqa: F401  (fixture)
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
+    from flwr.app import Context, RecordDict
+
+M, N, K = 3, 90, 4
+
+
+def scenario(rounds: int = 4):
+    return parse_scenario({"seed": 4, "data": {"n_samples": N, "grid_points": 21}, "federation": {"num_clients": M},
+                           "basis": {"kind": "fixed", "n_components": K}, "algorithm": {"rounds": rounds}})
+
+
+def test_the_basis_travels_once_per_node_and_the_features_are_computed_once(monkeypatch):
+    sc = scenario()
+    client._PROCESS_CACHE.clear()
+    loads = []
+    real_load = client.load_partition
+    monkeypatch.setattr(client, "load_partition", lambda s, i, path=None: loads.append(i) or real_load(s, i, path))
+    strategy, grid = run_strategy(sc)
+    assert len(strategy.history) == sc.algorithm.rounds and not strategy.failures
+    with_basis = [m.metadata.dst_node_id for m in grid.sent
+                  if any(k.startswith(BASIS_PREFIX) for k in m.content["arrays"].keys())]
+    assert sorted(with_basis) == [1, 2, 3]  # each node's first message only
+    assert all(m.content["config"][BASIS_DIGEST_KEY] == strategy.basis_digest for m in grid.sent)
+    assert sorted(loads) == [0, 1, 2]  # each partition generated and projected once in 4 rounds
+    for reply in grid.replies:  # the cache never leaves the node
+        assert set(reply.content.keys()) == {"arrays", "metrics"}
+        assert set(reply.content["arrays"].keys()) == {"noisy_primal"}
+    state = grid.contexts[1].state
+    features = state["fdp-features-0"]["features"].numpy()
+    expected, _clipped = plan.client_features(sc, strategy.basis, real_load(sc, 0))
+    np.testing.assert_array_equal(features, expected)
+
+
+def test_a_node_that_lost_its_cache_refuses_and_is_sent_the_basis_again():
+    sc = scenario(rounds=3)
+
+    class ForgetfulGrid(FakeGrid):
+        """Node 2 loses its context (state) after round 1."""
+
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            if messages and int(messages[0].content["config"]["round"]) == 2:
+                self.contexts.pop(2, None)
+            return super().send_and_receive(messages, timeout=timeout)
+
+    strategy, grid = _run(sc, ForgetfulGrid)
+    errors = [r for r in grid.replies if r.has_error()]
+    assert len(errors) == 1 and errors[0].error.reason.startswith(BASIS_MISSING)
+    assert [(f.round, f.client, f.charged) for f in strategy.failures] == [(2, 1, False)]  # nothing released
+    round3_to_node2 = [m for m in grid.sent if m.metadata.dst_node_id == 2
+                       and int(m.content["config"]["round"]) == 3]
+    assert any(k.startswith(BASIS_PREFIX) for k in round3_to_node2[0].content["arrays"].keys())
+    assert strategy.history[-1]["failed_clients"] == 0
+
+
+def _run(sc, grid_cls):
+    from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+    from fdp_flower.strategies.fdp_admm import FDPADMMStrategy
+    from fdp_flower.wire import pack_arrays
+
+    sizes, basis, *_rest, evaluator = simulation_setup(sc, with_reference=False)
+    strategy = FDPADMMStrategy(sc, basis, evaluate_state=evaluator, partition_sizes=sizes)
+    grid = grid_cls(sc)
+    strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=np.zeros(K)), num_rounds=sc.algorithm.rounds)
+    return strategy, grid
+
+
+def test_a_stale_cache_is_not_reused_for_another_basis():
+    sc = scenario()
+    basis_a = plan.build_basis(sc)
+    basis_b = plan.build_basis(parse_scenario({**sc.model_dump(mode="json"),
+                                                "basis": {"kind": "fixed", "n_components": K, "family": "fourier"}}))
+    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": M}, state=RecordDict(),
+                  run_config={})
+    fa, _, _ = client.node_features(ctx, sc, 0, basis_a, "sha256:a")
+    fb, _, _ = client.node_features(ctx, sc, 0, basis_b, "sha256:b")
+    data = plan.load_partition(sc, 0)
+    np.testing.assert_array_equal(fa, plan.client_features(sc, basis_a, data)[0])
+    np.testing.assert_array_equal(fb, plan.client_features(sc, basis_b, data)[0])
+    assert not np.allclose(fa, fb)
+
+
+def test_the_client_app_imports_no_plotting_fda_or_scipy():
+    code = ("import sys, fdp_flower.client_app, fdp_flower.clients.fdp_admm\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('matplotlib', 'skfda', 'scipy', 'dp_accounting', 'pandas', 'sklearn'))\n"
+            "assert not heavy, heavy\n"
+            "other = sorted(m for m in sys.modules if m.startswith(('fdp_flower.algorithms.p2p', "
+            "'fdp_flower.algorithms.gradient_admm', 'fdp_flower.clients.p2p', 'fdp_flower.clients.gradient_admm')))\n"
+            "assert not other, other\n")
+    subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], check=True,
+                   cwd=Path(__file__).resolve().parents[1])
+
+
+def test_the_scenario_is_parsed_once_per_run(monkeypatch):
+    from fdp_flower.algorithms import registry
+    from fdp_flower.clients import common
+
+    calls = []
+    monkeypatch.setattr(registry, "any_scenario_from_run_config", lambda cfg: calls.append(cfg) or scenario())
+    run_config = {"scenario": f"unused-{uuid.uuid4().hex}.yaml"}
+    for node in (1, 2, 1):
+        common.run_scenario(Context(run_id=7, node_id=node, node_config={}, state=RecordDict(),
+                                    run_config=run_config))
+    common.run_scenario(Context(run_id=8, node_id=1, node_config={}, state=RecordDict(), run_config=run_config))
+    assert len(calls) == 2  # run 7 once, run 8 once
