@@ -71,7 +71,7 @@ Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
 #: tuning seeds >= 1000 only, see docs/choosing_a_budget.md).  Per-round mode and privacy off keep the
 #: field defaults.
 TOTAL_BUDGET_DEFAULTS: dict[str, Any] = {
-    "rounds": 80,
+    "rounds": 120,
     "step": {"kind": "constant", "eta0": 48.0},
     "step_units": "whitened",
     "estimator": {"kind": "tail_average", "tail_fraction": 0.5},
