@@ -11,8 +11,9 @@ scores clipped at c1 = 3 (:func:`fdp_flower.algorithms.fdp_admm.reference.solve_
 (``exact_cache.json``: it does not depend on eps); every ratio below is against it.  Private
 configurations:
 
-- ``recommended``: the total-budget defaults of ``fdp_flower.algorithms.fdp_admm.config`` (80 rounds, constant step 3,
-  tail average of the last half) with the tighter public clip c1 = 2 (docs/choosing_a_budget.md);
+- ``recommended``: the sphere-clip total-budget defaults of ``fdp_flower.algorithms.fdp_admm.config``
+  (``SPHERE_TOTAL_BUDGET_DEFAULTS``: 80 rounds, constant step 3, tail average of the last half; a scenario that
+  sets ``clip_c1`` keeps the sphere) with the tighter public clip c1 = 2 (docs/choosing_a_budget.md);
 - ``defaults``: the same with c1 = 3;
 - ``ellipsoid``: ``model.clip_shape: ellipsoid`` with Mahalanobis radius 4 (rows clipped to
   sum_k a_k^2 / (16 lambda_k) <= 1, lambda_k the pooled FPCA score variances; noise shaped by
@@ -24,7 +25,9 @@ configurations:
 
 Evaluation seeds are 0 .. reps - 1; every setting was tuned on seeds >= 1000 (disjoint).
 Outputs: ``table.md`` (ratio mean +- standard error per cell), ``runs_*.csv`` (every run)
-and ``frontier.png`` (mean ratio versus total eps).
+and ``frontier.png`` (mean ratio versus total eps).  ``table.md`` opens with the privacy cost of
+issue 16 (``benchmarks/privacy_cost.py``, its runs in ``cost_runs.csv``, plot ``privacy_cost.png``),
+the distance of the private estimate to the exact one beside the MISE ratio.
 """
 from __future__ import annotations
 
@@ -276,13 +279,30 @@ def main() -> None:
     write_report(out)
 
 
+def cost_section(out: Path) -> list[str]:
+    """The privacy-cost table of ``benchmarks/privacy_cost.py`` (issue 16), if its runs exist."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import privacy_cost
+
+    rows = [r for path in sorted(out.glob("cost_runs*.csv")) for r in privacy_cost.read_csv(path)]
+    if not rows:
+        return []
+    summary = privacy_cost.summarize(rows)
+    privacy_cost.plot(summary, out / "privacy_cost.png")
+    note = (out / "cost_note.md").read_text().strip().splitlines() if (out / "cost_note.md").is_file() else []
+    return (["# Privacy cost at total eps = 1 (issue 16)", "", privacy_cost.TABLE_INTRO, ""]
+            + privacy_cost.table_lines(summary) + [""] + note + ["", "![privacy cost](privacy_cost.png)", ""])
+
+
 def write_report(out: Path) -> None:
     cache_path = out / "exact_cache.json"
     rows = with_ratios([r for path in sorted(out.glob("runs_*.csv")) for r in read_runs(path)],
                        load_cache(cache_path), cache_path)
     summary = summarize(rows)
     eps_values = sorted({k[3] for k in summary}, key=lambda e: (e != 1.0, e))  # the acceptance column first
-    lines = ["# Privacy-utility frontier (issue 9)", "",
+    lines = cost_section(out) + ["# Privacy-utility frontier (issue 9)", "",
              ("`python benchmarks/privacy_utility.py` (see its docstring and docs/choosing_a_budget.md). Zhou & Xiang (2022) "
              "design, n = 100000, K = 10, tau = 0.5, delta = 1e-5 per client for the whole run. "
              "Ratio = private MISE / MISE of the exact non-private centralized estimator of the same penalized "

@@ -341,9 +341,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
                                  CurveData(values[rows], response_values[rows], grid)) for i, rows in enumerate(parts)]
         algorithm: dict[str, Any] = {"kind": "fdp_admm", "rho": rho}
         if eps is None:  # no noise: the same schedule as total-budget mode (a constant step and a tail average)
-            from fdp_flower.algorithms.fdp_admm.config import TOTAL_BUDGET_DEFAULTS
+            from fdp_flower.algorithms.fdp_admm.config import SPHERE_TOTAL_BUDGET_DEFAULTS, TOTAL_BUDGET_DEFAULTS
 
-            algorithm.update(TOTAL_BUDGET_DEFAULTS)
+            algorithm.update(TOTAL_BUDGET_DEFAULTS if clip_shape == "ellipsoid" else SPHERE_TOTAL_BUDGET_DEFAULTS)
         if rounds is not None:
             algorithm["rounds"] = rounds
         if step is not None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
-from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, noise_scales
+from fdp_flower.algorithms.fdp_admm.plan import build_objective, noise_plan, noise_scales
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.config.base import ScenarioError
@@ -55,7 +55,7 @@ def test_replacing_one_row_moves_the_primal_by_at_most_the_mahalanobis_sensitivi
     sc = scenario(loss={"kind": "quantile", "tau": 0.3})
     sizes, basis, features, responses, _clipped, _ev = simulation_setup(sc, with_reference=False)
     scales = noise_scales(sc, basis)
-    objective, plan = build_objective(sc), NoisePlan(sc, K)
+    objective, plan = build_objective(sc), noise_plan(sc, basis)  # the default step: whitened units
     a, y = features[0], responses[0]
     m = a.shape[0]
     assert np.all(np.linalg.norm(a / scales, axis=1) <= 1 + 1e-12)
@@ -105,13 +105,15 @@ def test_every_engine_draws_the_same_shaped_releases(task_identity):  # noqa: F8
     for name in ("global_w", "duals", "noisy_primals"):
         np.testing.assert_allclose(getattr(strategy.state, name), getattr(local.state, name), rtol=0, atol=1e-12)
     np.testing.assert_allclose(batched.global_w, local.state.global_w, rtol=0, atol=1e-10)
-    plan = NoisePlan(sc, K)
+    plan = noise_plan(sc, local.basis)
     assert plan.gradient_bound == pytest.approx(0.5)  # quantile tau = 0.5 on rows with ||a / s|| <= 1
     first = local.ledger.releases[0]
     _eta, sensitivity, sigma = plan.release(1, local.sample_sizes[first.client])
     assert (first.sensitivity, first.sigma) == (pytest.approx(float(sensitivity)), pytest.approx(float(sigma)))
     # an isotropic run of the same scenario releases different vectors (the shape matters)
     sphere = run_fdp_admm(parse_scenario(sc.model_dump(mode="json") | {"model": sc.model.model_dump(mode="json")
-                                                                       | {"clip_shape": "sphere"}}),
+                                                                       | {"clip_shape": "sphere"},
+                                                                       "algorithm": sc.algorithm.model_dump(mode="json")
+                                                                       | {"step_units": "absolute"}}),
                           with_reference=False)
     assert not np.allclose(sphere.state.global_w, local.state.global_w)

@@ -4,7 +4,7 @@ import pytest
 
 from fdp_flower.algorithms.faults import advance_with_failures, draw_failures
 from fdp_flower.algorithms.fdp_admm.config import TOTAL_BUDGET_DEFAULTS, parse_scenario
-from fdp_flower.algorithms.fdp_admm.plan import NoisePlan
+from fdp_flower.algorithms.fdp_admm.plan import noise_plan
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, tail_start_round
 from fdp_flower.engines.batched import run_batched
 from fdp_flower.engines.inprocess import run_fdp_admm
@@ -85,7 +85,7 @@ def test_total_mode_defaults_spend_at_most_the_target(eps):
     spent = result.ledger.worst_case(1e-5).eps_pld
     assert 0.97 * eps <= spent <= eps
     # the calibrated noise follows the step: sigma / Delta is the one calibrated multiplier
-    plan = NoisePlan(sc, result.basis.n_components)
+    plan = noise_plan(sc, result.basis)
     _, sens, sigma = plan.release(sc.algorithm.rounds, result.sample_sizes)
     np.testing.assert_allclose(sigma / sens, plan.noise_multiplier, rtol=1e-12)
 

@@ -99,7 +99,9 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
         raise ScenarioError("the basis size K is chosen from data (explained_variance); "
                             "give basis.n_components to compute the releases without data")
     sizes = partition_sizes(scenario)
-    plan = NoisePlan(scenario, int(dim) + int(scenario.model.intercept))
+    # A step in whitened units needs the basis's lambda_1, which no one has before the data; the eps do not
+    # depend on it (every sigma is the calibrated multiplier times its own sensitivity), so use 1.
+    plan = NoisePlan(scenario, int(dim) + int(scenario.model.intercept), leading_score_variance=1.0)
     ledger = PrivacyLedger()
     if not plan.private:
         return ledger, sizes

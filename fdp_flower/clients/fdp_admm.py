@@ -19,12 +19,12 @@ import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import (
-    NoisePlan,
     build_objective,
     client_features,
     data_source,
     load_partition,
     model_dim,
+    noise_plan,
     noise_scales,
     primal_release,
 )
@@ -78,7 +78,7 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
             raise ValueError(f"{name} contains NaN or infinite values")
     features, clipped = client_features(scenario, basis, data) if features is None else features
     m = features.shape[0]
-    plan = NoisePlan(scenario, dim)
+    plan = noise_plan(scenario, basis)
     eta, sensitivity, sigma = plan.release(round_, m)
     primal = client_primal_step(objective=build_objective(scenario), noisy_primal=noisy_primal,
                                 global_w=global_w, dual=dual, features=features, response=data.response,

@@ -20,6 +20,10 @@ class PaperSimulation(_Frozen):
     kind: Literal["paper_simulation"] = Field("paper_simulation", description="variant tag")
     n_samples: int = Field(100_000, ge=2, le=10_000_000, description="total samples n over all clients")
     grid_points: int = Field(100, ge=5, le=10_000, description="equispaced grid points on [0, 1]")
+    design: Literal["paper", "brownian", "heavy_tailed"] = Field(
+        "paper", description="simulated process (fdp_flower.functional.design.DESIGNS): Zhou & Xiang (2022)'s design, "
+                             "Brownian-motion curves with Gaussian errors, or Laplace-score curves with "
+                             "Cauchy errors")
 
 
 class NodeFiles(_Frozen):

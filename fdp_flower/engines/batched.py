@@ -40,9 +40,9 @@ import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import (
-    NoisePlan,
     build_objective,
     data_source,
+    noise_plan,
     noise_scales,
     split_coefficients,
     tail_start,
@@ -269,9 +269,9 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     return out
 
 
-def _plan_arrays(scenario: Scenario, sizes: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _plan_arrays(scenario: Scenario, sizes: np.ndarray, basis: FunctionalBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(eta, sigma, per-round zCDP), each (L, M); sigma and zCDP are 0 without privacy."""
-    plan = NoisePlan(scenario, dim)
+    plan = noise_plan(scenario, basis)
     rounds = scenario.algorithm.rounds
     eta = np.zeros((rounds, sizes.size))
     sigma = np.zeros_like(eta)
@@ -319,14 +319,16 @@ def run_batched(scenarios: Sequence[Scenario], *, history: bool = True, full_met
             noise = np.stack([np.stack([release_rng(sc0.seed, i, l, source).standard_normal(dim)
                                         for i in range(data.sizes.size)]) for l in range(1, max_rounds + 1)])
         groups: dict[str, list[int]] = {}
+        lam = data.basis.eigenvalues  # the step in whitened units depends on lambda_1 of this group's basis
+        suffix = f"|K={dim}|m={data.sizes.tolist()}|lam1={None if lam is None else float(np.max(lam))!r}"
         for i in indices:
-            key = _plan_key(scenarios[i]) + f"|K={dim}|m={data.sizes.tolist()}"
+            key = _plan_key(scenarios[i]) + suffix
             if key not in plans:
-                plans[key] = _plan_arrays(scenarios[i], data.sizes, dim)
+                plans[key] = _plan_arrays(scenarios[i], data.sizes, data.basis)
             groups.setdefault(_group_key(scenarios[i]), []).append(i)
         for members in groups.values():
             configs = [scenarios[i] for i in members]
-            local_plans = {_plan_key(c): plans[_plan_key(c) + f"|K={dim}|m={data.sizes.tolist()}"] for c in configs}
+            local_plans = {_plan_key(c): plans[_plan_key(c) + suffix] for c in configs}
             for i, res in zip(members, _run_group(configs, data, local_plans, noise, history=history,
                                                   full_metrics=full_metrics, trace=trace)):
                 res.final["clipped_rows"] = int(sum(data.clipped_rows))

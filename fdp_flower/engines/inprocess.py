@@ -16,10 +16,10 @@ import numpy as np
 from fdp_flower.algorithms.faults import FailureRecord, QuorumLost, advance_with_failures, check_quorum, draw_failures
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import (
-    NoisePlan,
     build_objective,
     initial_state,
     model_dim,
+    noise_plan,
     noise_scales,
     primal_release,
     privacy_columns,
@@ -89,7 +89,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
         scenario, with_reference=with_reference)
     objective = build_objective(scenario)
     dim = model_dim(scenario, basis)
-    plan = NoisePlan(scenario, dim)
+    plan = noise_plan(scenario, basis)
     scales = noise_scales(scenario, basis)
     rho = scenario.algorithm.rho
     f, y, mask = stack_clients(features, responses)

@@ -8,6 +8,11 @@ tau-quantile of y given X is int beta X.
 Samples are generated in blocks of ``BLOCK`` rows, each block from its own
 seed stream, so any contiguous slice (a client's partition) can be generated
 alone and the data do not depend on how they are split.
+
+Two further designs (:data:`DESIGNS`, scenario field ``data.design``) test that settings chosen on
+the paper's design carry over: ``brownian`` (Brownian-motion curves, a smooth bump-like beta,
+Gaussian errors of sd 0.5) and ``heavy_tailed`` (curves with Laplace scores and slowly decaying
+variances on a Fourier basis, a two-bump beta, Cauchy errors of scale 0.3).
 """
 from __future__ import annotations
 
@@ -83,14 +88,89 @@ def quantile_shift(tau: float) -> float:
     return float(stats.t.ppf(tau, 3))
 
 
+def brownian_functions(grid: np.ndarray, n_terms: int = N_TERMS) -> np.ndarray:
+    """(n_terms, G): the Karhunen-Loeve functions of Brownian motion, sqrt 2 sin((k - 1/2) pi t)."""
+    k = np.arange(1, n_terms + 1)[:, None] - 0.5
+    return np.sqrt(2.0) * np.sin(k * np.pi * np.asarray(grid)[None, :])
+
+
+def fourier_functions(grid: np.ndarray, n_terms: int = N_TERMS) -> np.ndarray:
+    """(n_terms, G): 1, sqrt 2 sin(2 pi t), sqrt 2 cos(2 pi t), sqrt 2 sin(4 pi t), ..."""
+    t = np.asarray(grid)[None, :]
+    k = np.arange(1, n_terms)[:, None]
+    freq = (k + 1) // 2
+    waves = np.where(k % 2 == 1, np.sin(2 * np.pi * freq * t), np.cos(2 * np.pi * freq * t))
+    return np.vstack([np.ones_like(t), np.sqrt(2.0) * waves])
+
+
+@dataclass(frozen=True)
+class SimulatedDesign:
+    """X = sum_k A_k phi_k with independent scores of sd ``score_sd[k]`` and ``score_law`` shape,
+    beta = sum_k w_k phi_k, y = int beta X + e - F^{-1}(tau) with e ~ ``error_law`` (symmetric,
+    so F^{-1}(0.5) = 0 and y(tau) = y(0.5) - F^{-1}(tau))."""
+
+    name: str
+    functions: object  # (grid, n_terms) -> (n_terms, G), orthonormal on [0, 1]
+    coefficients: np.ndarray  # (N_TERMS,)
+    score_sd: np.ndarray  # (N_TERMS,)
+    score_law: str  # "normal" or "laplace" (unit variance)
+    error_law: str  # "t3", "normal" or "cauchy"
+    error_scale: float
+
+    def error_quantile(self, tau: float) -> float:
+        from scipy import stats  # lazily: keeps scipy out of a client that reads its own files
+
+        law = {"t3": stats.t(3), "normal": stats.norm(), "cauchy": stats.cauchy()}[self.error_law]
+        return float(self.error_scale * law.ppf(tau))
+
+    def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores (size, N_TERMS), errors (size,)) of one block."""
+        if self.score_law == "normal":
+            a = rng.standard_normal((size, self.score_sd.size))
+        else:
+            a = rng.laplace(0.0, 1.0 / np.sqrt(2.0), (size, self.score_sd.size))
+        a = a * self.score_sd
+        e = {"t3": lambda: rng.standard_t(3, size), "normal": lambda: rng.standard_normal(size),
+             "cauchy": lambda: rng.standard_cauchy(size)}[self.error_law]()
+        return a, self.error_scale * e
+
+
+_K = np.arange(1, N_TERMS + 1)
+#: the simulated designs of ``data.design`` (paper: Zhou & Xiang 2022, Section 5)
+DESIGNS = {
+    "paper": SimulatedDesign("paper", cosine_functions, true_coefficients(), 1.0 / _K, "normal", "t3", 1.0),
+    # Brownian motion on [0, 1]: score sd 1 / ((k - 1/2) pi); beta with coefficients 2 (-1)^k exp(-(k - 1) / 3)
+    "brownian": SimulatedDesign("brownian", brownian_functions, 2.0 * (-1.0) ** _K * np.exp(-(_K - 1) / 3.0),
+                                1.0 / ((_K - 0.5) * np.pi), "normal", "normal", 0.5),
+    # Laplace scores, sd k^(-3/4) on the Fourier basis; beta coefficients 1.5 k^(-1.2) cos(k), Cauchy errors
+    "heavy_tailed": SimulatedDesign("heavy_tailed", fourier_functions, 1.5 * _K ** -1.2 * np.cos(_K),
+                                    _K ** -0.75, "laplace", "cauchy", 0.3),
+}
+
+
+def get_design(name: str) -> SimulatedDesign:
+    try:
+        return DESIGNS[name]
+    except KeyError:
+        raise ValueError(f"unknown design {name!r}; choose one of {', '.join(DESIGNS)}") from None
+
+
+def design_beta(name: str, grid: np.ndarray) -> np.ndarray:
+    """The true coefficient function of design ``name`` on ``grid``."""
+    d = get_design(name)
+    return d.coefficients @ d.functions(np.asarray(grid, dtype=float), d.coefficients.size)
+
+
 def simulate_slice(seed: int, start: int, stop: int, *, tau: float, grid: np.ndarray,
-                   n_terms: int = N_TERMS) -> CurveData:
+                   n_terms: int = N_TERMS, design: str = "paper") -> CurveData:
     """Samples ``start:stop`` of the design with seed ``seed`` (independent of any split)."""
     if not 0 < tau < 1:
         raise ValueError(f"tau must be in (0, 1), got {tau}")
     if not 0 <= start <= stop:
         raise ValueError(f"bad sample range {start}:{stop}")
     grid = np.asarray(grid, dtype=float)
+    if design != "paper":
+        return _simulate_other(get_design(design), seed, start, stop, tau=tau, grid=grid)
     w = true_coefficients(n_terms)
     sd = 1.0 / np.arange(1, n_terms + 1)
     scores, errors = [], []
@@ -108,13 +188,30 @@ def simulate_slice(seed: int, start: int, stop: int, *, tau: float, grid: np.nda
     return CurveData(curves, response, grid)
 
 
+def _simulate_other(d: SimulatedDesign, seed: int, start: int, stop: int, *, tau: float,
+                    grid: np.ndarray) -> CurveData:
+    scores, errors = [], []
+    for block in range(start // BLOCK, -(-stop // BLOCK)):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(DATA_STREAM, block)))
+        a, e = d.draw(rng, BLOCK)
+        lo, hi = max(start - block * BLOCK, 0), min(stop - block * BLOCK, BLOCK)
+        scores.append(a[lo:hi])
+        errors.append(e[lo:hi])
+    a = np.concatenate(scores) if scores else np.zeros((0, d.score_sd.size))
+    e = np.concatenate(errors) if errors else np.zeros(0)
+    curves = a @ d.functions(grid, d.score_sd.size)
+    response = a @ d.coefficients + e - d.error_quantile(tau)
+    return CurveData(curves, response, grid)
+
+
 def simulate_partition(seed: int, n: int, num_partitions: int, partition: int, *, tau: float,
-                       grid: np.ndarray) -> CurveData:
+                       grid: np.ndarray, design: str = "paper") -> CurveData:
     """Client ``partition``'s share of an n-sample design split evenly over ``num_partitions``."""
     if not 0 <= partition < num_partitions:
         raise ValueError(f"partition id {partition} outside [0, {num_partitions})")
     bounds = partition_bounds(n, num_partitions)
-    return simulate_slice(seed, int(bounds[partition]), int(bounds[partition + 1]), tau=tau, grid=grid)
+    return simulate_slice(seed, int(bounds[partition]), int(bounds[partition + 1]), tau=tau, grid=grid,
+                          design=design)
 
 
 def mise(beta_hat: np.ndarray, beta: np.ndarray, grid: np.ndarray) -> np.ndarray:

@@ -41,15 +41,15 @@ class PaperSimulationSource:
 
     def load(self, partition: int, path: str | None = None) -> CurveData:
         return design.simulate_partition(self.seed, self.config.n_samples, self.num_clients, partition,
-                                         tau=self.tau, grid=self.grid())
+                                         tau=self.tau, grid=self.grid(), design=self.config.design)
 
     def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
-        return design.true_beta(grid)
+        return design.design_beta(self.config.design, grid)
 
     def tau_shift(self, tau: float) -> float | None:
-        """y(tau) = y(0.5) - shift: the curves do not depend on tau and F^{-1}(0.5) = 0 for t(3)
-        (lets the batched engine share one data set across quantile levels)."""
-        return float(design.quantile_shift(tau))
+        """y(tau) = y(0.5) - shift: the curves do not depend on tau and every design's errors are
+        symmetric, F^{-1}(0.5) = 0 (lets the batched engine share one data set across quantile levels)."""
+        return design.get_design(self.config.design).error_quantile(tau)
 
 
 @dataclass(frozen=True)

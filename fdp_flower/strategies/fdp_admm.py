@@ -38,10 +38,10 @@ from fdp_flower.algorithms.faults import (
 )
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import (
-    NoisePlan,
     data_source,
     initial_state,
     model_dim,
+    noise_plan,
     noise_scales,
     primal_release,
     privacy_columns,
@@ -110,7 +110,7 @@ class FDPADMMStrategy(Strategy):
         self.basis = basis
         self.num_clients = scenario.federation.num_clients
         self.dim = model_dim(scenario, basis)
-        self.plan = NoisePlan(scenario, self.dim)
+        self.plan = noise_plan(scenario, basis)
         noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
         self.state = initial_state(scenario, self.dim)
         self.evaluate_state = evaluate_state

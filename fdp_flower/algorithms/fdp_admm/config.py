@@ -55,29 +55,54 @@ class FDPADMMConfig(_Frozen):
     rho: float = Field(0.1, gt=0, description="ADMM penalty rho")
     rounds: int = Field(30, ge=1, le=100_000, description="L: number of rounds")
     step: StepConfig = Field(Theorem2Step(), description="step size schedule eta_i^l")
+    step_units: Literal["absolute", "whitened"] = Field(
+        "absolute", description="absolute: eta as given; whitened (ellipsoid clip only): the constant, inv_sqrt or "
+                                "inv schedule divided by c1^2 lambda_1 (lambda_1 the basis's largest score variance), "
+                                "i.e. a step in the Mahalanobis units of the clip, unchanged when the curves are "
+                                "rescaled")
     estimator: EstimatorConfig = Field(EstimatorConfig(), description="the released model (post-processing)")
 
 
 Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
 
 
-#: Defaults of ``algorithm`` (FDP-ADMM) in total-budget mode, for the fields a scenario leaves unset
-#: (issue 9; chosen on the public simulation design with tuning seeds disjoint from the evaluation
-#: seeds, see docs/choosing_a_budget.md).  Per-round mode and privacy off keep the field defaults.
+#: Defaults of ``algorithm`` (FDP-ADMM) in total-budget mode with the ellipsoid clip, for the fields a
+#: scenario leaves unset (issue 16; scale-free: the step is in the clip's Mahalanobis units; chosen on
+#: tuning seeds >= 1000 only, see docs/choosing_a_budget.md).  Per-round mode and privacy off keep the
+#: field defaults.
 TOTAL_BUDGET_DEFAULTS: dict[str, Any] = {
+    "rounds": 120,
+    "step": {"kind": "constant", "eta0": 48.0},
+    "step_units": "whitened",
+    "estimator": {"kind": "tail_average", "tail_fraction": 0.5},
+}
+#: ... with the sphere clip (a basis without score variances, or ``model.clip_shape``/``clip_c1`` set
+#: by the scenario): a step in absolute units (issue 9, tuned on the paper's design).
+SPHERE_TOTAL_BUDGET_DEFAULTS: dict[str, Any] = {
     "rounds": 80,
     "step": {"kind": "constant", "eta0": 3.0},
     "estimator": {"kind": "tail_average", "tail_fraction": 0.5},
 }
+#: The clip of total-budget mode when the basis estimates score variances (``pooled``, ``federated_dp``)
+#: and the scenario sets neither ``model.clip_shape`` nor ``model.clip_c1``: the ellipsoid
+#: sum_k a_k^2 / lambda_k <= 16 (Mahalanobis radius 4, about the 0.9 quantile of chi^2_10, so it
+#: binds on roughly one row in ten of Gaussian scores with K = 10), in units of the score SDs.
+TOTAL_BUDGET_CLIP: dict[str, Any] = {"clip_shape": "ellipsoid", "clip_c1": 4.0}
+#: basis kinds whose scores come with variances lambda_k (the ellipsoid clip's scales)
+BASES_WITH_SCORE_VARIANCES = ("pooled", "federated_dp")
 
 
 class Scenario(_Frozen):
     """A complete run description.
 
-    With ``privacy.mode: total`` (and privacy enabled) the FDP-ADMM fields ``rounds``, ``step``
-    and ``estimator`` that the scenario does not set take :data:`TOTAL_BUDGET_DEFAULTS`
-    instead of their field defaults (a budget for the whole run favours a constant step, a
-    moderate number of rounds and a tail average); values given explicitly are never changed.
+    With ``privacy.mode: total`` (and privacy enabled) and a basis with score variances, a model
+    that sets neither ``clip_shape`` nor ``clip_c1`` takes :data:`TOTAL_BUDGET_CLIP` (the
+    ellipsoid); then the FDP-ADMM fields ``rounds``, ``step``, ``step_units`` and ``estimator``
+    that the scenario does not set take :data:`TOTAL_BUDGET_DEFAULTS` with the ellipsoid clip and
+    :data:`SPHERE_TOTAL_BUDGET_DEFAULTS` with the sphere (a budget for the whole run favours a
+    constant step, a moderate number of rounds and a tail average); ``step_units: whitened`` is
+    filled only together with the default step.  None of these reads data; values given explicitly
+    are never changed.
     """
 
     name: str = Field("scenario", min_length=1, max_length=200, description="name used for result files")
@@ -108,7 +133,18 @@ class Scenario(_Frozen):
         if enabled is not True or mode != "total" or not isinstance(algorithm, dict) \
                 or algorithm.get("kind", "fdp_admm") != "fdp_admm":
             return data
-        unset = {k: v for k, v in TOTAL_BUDGET_DEFAULTS.items() if k not in algorithm}
+        model = data.get("model", {})
+        basis = data.get("basis", {})
+        basis_kind = basis.get("kind", "pooled") if isinstance(basis, dict) else getattr(basis, "kind", None)
+        if isinstance(model, dict) and "clip_shape" not in model and "clip_c1" not in model \
+                and basis_kind in BASES_WITH_SCORE_VARIANCES:
+            data = {**data, "model": {**model, **TOTAL_BUDGET_CLIP}}
+            model = data["model"]
+        shape = model.get("clip_shape", "sphere") if isinstance(model, dict) else getattr(model, "clip_shape", None)
+        defaults = TOTAL_BUDGET_DEFAULTS if shape == "ellipsoid" else SPHERE_TOTAL_BUDGET_DEFAULTS
+        if "step" in algorithm:  # a step the scenario gives is in the units it says (absolute unless set)
+            defaults = {k: v for k, v in defaults.items() if k != "step_units"}
+        unset = {k: v for k, v in defaults.items() if k not in algorithm}
         return {**data, "algorithm": {**algorithm, **unset}} if unset else data
 
     @model_validator(mode="after")
@@ -127,6 +163,9 @@ class Scenario(_Frozen):
             if isinstance(getattr(self.algorithm, "step", None), Theorem2Step):
                 raise ValueError("model.clip_shape 'ellipsoid' needs a constant, inv_sqrt or inv step "
                                  "(Theorem 2's step assumes the sphere ||a|| <= c1)")
+        elif getattr(self.algorithm, "step_units", "absolute") == "whitened":
+            raise ValueError("algorithm.step_units 'whitened' is in the ellipsoid clip's units: set "
+                             "model.clip_shape 'ellipsoid' (or step_units 'absolute')")
         if isinstance(self.data, PaperSimulation) and self.data.n_samples < self.federation.num_clients:
             raise ValueError(
                 f"federation.num_clients ({self.federation.num_clients}) exceeds data.n_samples "

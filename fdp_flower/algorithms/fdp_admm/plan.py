@@ -131,6 +131,9 @@ class NoisePlan:
 
     scenario: Scenario
     dim: int
+    #: lambda_1, the basis's largest score variance: needed by ``algorithm.step_units: whitened``
+    #: only (:func:`noise_plan` fills it from the basis)
+    leading_score_variance: float | None = None
 
     @property
     def private(self) -> bool:
@@ -202,7 +205,20 @@ class NoisePlan:
                 noise_multiplier=self.noise_multiplier)
             return StepSchedule("theorem2", scale=s.scale)(round_, theorem2_base=base) * np.ones_like(m)
         kind = {ConstantStep: "constant", InvSqrtStep: "inv_sqrt", InvStep: "inv"}[type(s)]
-        return StepSchedule(kind, eta0=s.eta0)(round_) * np.ones_like(m)
+        return StepSchedule(kind, eta0=s.eta0)(round_) * self.step_unit * np.ones_like(m)
+
+    @property
+    def step_unit(self) -> float:
+        """1 for ``step_units: absolute``; 1 / (c1^2 lambda_1) for ``whitened`` (the ellipsoid's scale of
+        its leading axis: rescaling the curves by c rescales lambda_1 by c^2 and leaves the iterates'
+        relative path unchanged)."""
+        if getattr(self.scenario.algorithm, "step_units", "absolute") != "whitened":
+            return 1.0
+        lam1 = self.leading_score_variance
+        if lam1 is None or not np.isfinite(lam1) or lam1 <= 0:
+            raise ValueError("algorithm.step_units 'whitened' needs the basis's largest score variance lambda_1 > 0 "
+                             f"(got {lam1}); build the plan with noise_plan(scenario, basis)")
+        return 1.0 / (self.scenario.model.clip_c1 ** 2 * float(lam1))
 
     def release(self, round_: int, m) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(eta, sensitivity, sigma) of round ``round_`` for clients of sizes ``m``; sigma None if not private."""
@@ -214,6 +230,14 @@ class NoisePlan:
             raise ValueError(f"round {round_} is outside 1..{len(z)}: the noise was calibrated for {len(z)} rounds")
         sigma = None if z is None else z[round_ - 1] * sensitivity
         return eta, sensitivity, sigma
+
+
+def noise_plan(scenario: Scenario, basis: FunctionalBasis) -> NoisePlan:
+    """The :class:`NoisePlan` of a run on ``basis`` (every engine, the strategy and the client build
+    it here): dimension from :func:`model_dim`, lambda_1 from the basis's score variances if any."""
+    lam = basis.eigenvalues
+    lam1 = float(np.max(lam)) if lam is not None and np.size(lam) else None
+    return NoisePlan(scenario, model_dim(scenario, basis), lam1)
 
 
 def tail_start(scenario: Scenario) -> int:
