@@ -560,13 +560,13 @@ def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterat
     import json
 
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import privacy_section, write_csv
+    from fdp_flower.outputs.results import LEDGER_COLUMNS, privacy_section, write_csv
 
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     (path / "scenario.yaml").write_text(scenario_to_yaml(scenario))
     write_csv(path / "history.csv", history)
-    write_csv(path / "ledger.csv", ledger.to_rows())
+    write_csv(path / "ledger.csv", ledger.to_rows(), LEDGER_COLUMNS)
     if iterates is not None:
         np.savez(path / "iterates.npz", **iterates)
     if final is not None:

@@ -245,13 +245,13 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     import json
 
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import check_output_dir, privacy_section, write_csv
+    from fdp_flower.outputs.results import LEDGER_COLUMNS, check_output_dir, privacy_section, write_csv
 
     out = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name))  # before releasing
     strategy = run_gradient_admm_federation(grid, scenario)
     (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
     write_csv(out / "history.csv", strategy.history)
-    write_csv(out / "ledger.csv", strategy.ledger.to_rows())
+    write_csv(out / "ledger.csv", strategy.ledger.to_rows(), LEDGER_COLUMNS)
     np.savez(out / "final.npz", x=strategy.state.x)
     p = strategy.privacy
     summary = {"name": scenario.name, "engine": "flower", "rounds_completed": len(strategy.history),
