@@ -18,16 +18,19 @@ import numpy as np
 
 
 def nfl_primal_step(*, objective, own_released, neighbour_released, dual, features, response, eta: float,
-                    rho: float) -> np.ndarray:
+                    rho: float, anchor=None) -> np.ndarray:
     """x_i^{k+1} of spec section 3 (paper 002, eq. (7) with the first-order approximation (5)).
 
-    ``neighbour_released`` has shape (|N_i|, K), rows in the node's neighbour order.
+    ``neighbour_released`` has shape (|N_i|, K), rows in the node's neighbour order.  ``anchor`` z_i is
+    the point f_i is linearized at (prox term ||x - z_i||^2 / (2 eta) too); default xt_i^k (the paper).
+    Any z_i computed from releases only keeps Lemma I's sensitivity.
     """
     neighbour_released = np.asarray(neighbour_released, dtype=float)
-    s = objective.local_subgradient(own_released, features, response)
+    z = own_released if anchor is None else np.asarray(anchor, dtype=float)
+    s = objective.local_subgradient(z, features, response)
     degree = neighbour_released.shape[0]
     consensus = degree * own_released + neighbour_released.sum(axis=0)
-    return (own_released / eta - s - dual + rho * consensus) / (1.0 / eta + 2.0 * rho * degree)
+    return (z / eta - s - dual + rho * consensus) / (1.0 / eta + 2.0 * rho * degree)
 
 
 def nfl_dual_step(*, dual, own_released, neighbour_released, rho: float) -> np.ndarray:
