@@ -350,7 +350,7 @@ class PAdmmConfig(_Frozen):
     eta: float = Field(0.1, gt=0, le=1e6, description="ADMM penalty eta")
     gamma: float = Field(1.0, gt=0, le=1e6, description="constant proximal step gamma of the linearized loss")
     steps: int = Field(200, **_STEPS)
-    decay: VarianceDecay = Field(PeriodicDecay(decay=0.99, period=1),
+    decay: VarianceDecay = Field(PeriodicDecay(decay=0.9, period=20),
                                  description="noise variance decay: sigma_{k+1}^2 = sigma_1^2 R^floor(k / K_p)")
 
 
