@@ -43,7 +43,7 @@ from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "p2p"
 T = 200
-EPS = (100.0, 300.0, 1000.0, 3000.0, 10000.0, 100000.0)
+EPS = (100.0, 300.0, 1000.0, 3000.0, 1e4, 1e5, 1e6, 1e7)
 TUNE, EVAL = (1000,), (0, 1)
 NFL = [(0.03, 30.0), (0.1, 10.0), (0.3, 10.0), (1.0, 30.0)]
 GRAD = [("inv", 5.0), ("inv", 10.0), ("inv", 20.0), ("inv_sqrt", 1.0)]
