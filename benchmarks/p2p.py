@@ -286,7 +286,8 @@ def run_pr(data, label, eta_values, runs, eps_grid, report, dump, tag, schemes=N
         report.append(f"Non-private decentralized ADMM (exact Newton local solves, same K): train accuracy "
                       f"{np_tr:.4f}, test {np_te:.4f}.\n")
         report.append(md_table(["scheme", "total eps", "train accuracy", "test accuracy",
-                                "points below non-private (train)", "links cut at K", "eps spent (zCDP)"], rows))
+                                "points below non-private (train)", "links cut at K",
+                                "eps by the zCDP conversion (looser; PLD: the target)"], rows))
         out[str(eta)] = {"nonprivate": [np_tr, np_te], "private": acc, "seconds": time.time() - t0}
         print(f"[pr_admm] {label} eta={eta} done in {time.time() - t0:.0f}s", flush=True)
     axes[-1].set(title=f"{label}: test accuracy vs total eps", xlabel="total eps (delta = 1e-4)",
