@@ -3,7 +3,8 @@
 
 Usage::
 
-    python benchmarks/p2p_nfl_sweep.py      # about 6 minutes on one core; prints tables to stdout
+    python benchmarks/p2p_nfl_sweep.py      # everything (about 1400 runs); prints tables to stdout
+    python benchmarks/p2p_nfl_sweep.py --only wide --eps 10 --problems lad   # one part (for parallel runs)
 
 Synthetic elastic net and LAD, N = 20 Erdos-Renyi (average degree 4), 100 samples per node, T = 200,
 delta = 1e-4, total-budget zCDP.  Both algorithms get grids of the same size, are tuned on noise seeds
@@ -13,6 +14,7 @@ Sensitivities and accounting are the library's (2 G / (m_i (1/eta_k + 2 rho |N_i
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import sys
 import warnings
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-warnings.filterwarnings("ignore")
+warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     DecentralizedAdmmConfig,
@@ -73,11 +75,11 @@ def desc(c):
     return f"{head}{c.step.kind} {c.step.eta0:g}{bud}"
 
 
-def compare(title, nfl, grad, eps_list):
+def compare(title, nfl, grad, eps_list, problems=PROBLEMS):
     print(f"\n## {title} ({len(nfl)} zCDP-NFL configs, {len(grad)} zCDP-grad-NFL configs)\n")
     print("| eps | problem | metric | zCDP-NFL (tuned config) | zCDP-grad-NFL (tuned config) | winner |")
     print("|---|---|---|---|---|---|")
-    for eps, name in itertools.product(eps_list, PROBLEMS):
+    for eps, name in itertools.product(eps_list, problems):
         sn = [(run(name, c, eps, TUNE), c) for c in nfl]
         sg = [(run(name, c, eps, TUNE), c) for c in grad]
         for key, lab in ((0, "final"), (1, f"tail-{TAIL} avg")):
@@ -105,8 +107,21 @@ def diagnostic():
             print(f"| {name} | {lab} | " + " | ".join(f"{v:.3g}" for v in row) + " |", flush=True)
 
 
-def main():
-    diagnostic()
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("diagnostic", "wide", "geometric"), default=None)
+    ap.add_argument("--eps", type=float, nargs="+", default=[10.0, 1.0])
+    ap.add_argument("--problems", nargs="+", choices=PROBLEMS, default=list(PROBLEMS))
+    args = ap.parse_args(argv)
+    if args.only in (None, "diagnostic"):
+        diagnostic()
+    if args.only in (None, "wide"):
+        wide(args.eps, args.problems)
+    if args.only in (None, "geometric"):
+        geometric(args.eps, args.problems)
+
+
+def wide(eps_list, problems):
     compare("Wide step/rho grid, constant budget",
             nfl_grid((0.01, 0.03, 0.1, 0.3, 1.0), steps((("inv", (3, 10, 30, 100)), ("inv_sqrt", (1, 3)),
                                                           ("constant", (1, 10)))), [{"kind": "constant"}]),
@@ -114,13 +129,16 @@ def main():
                              ("inv_sqrt", (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10)),
                              ("constant", (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 30, 100,
                                            300, 1000, 3000)))), [{"kind": "constant"}]),
-            (10.0, 1.0))
+            eps_list, problems)
+
+
+def geometric(eps_list, problems):
     geo = [{"kind": "geometric", "ratio": r} for r in (1.02, 1.03, 1.05)]
     compare("Large rho / large eta with the dynamic (geometric) zCDP budget",
             nfl_grid((0.3, 1.0, 3.0), steps((("inv", (30, 100, 1000)), ("constant", (10,)))), geo),
             grad_grid(steps((("inv", (3, 5, 7, 10)), ("inv_sqrt", (0.3, 0.5, 1, 2)),
                              ("constant", (0.02, 0.05, 0.1, 0.2)))), geo),
-            (10.0, 1.0))
+            eps_list, problems)
 
 
 if __name__ == "__main__":

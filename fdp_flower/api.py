@@ -434,7 +434,8 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     degree : int or None
         The degree of random_regular / small_world graphs, the expected degree of erdos_renyi.
     algorithm : str
-        "zcdp_nfl" (default), "dp_nfl", "zcdp_grad_nfl", "pr_admm" or "decentralized_admm" (needs eps=None).
+        "zcdp_nfl" (default), "dp_nfl", "zcdp_grad_nfl", "pr_admm", "p_admm" (smooth loss and penalty) or
+        "decentralized_admm" (needs eps=None).
     loss, tau, residual_bound : str, float, float
         "quantile" (default), "absolute", "logistic" or "squared" (residual clipped at residual_bound).
     penalty, lam : str, float

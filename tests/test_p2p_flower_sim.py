@@ -2,17 +2,26 @@
 import numpy as np
 import pytest
 
-from fdp_flower.algorithms.p2p.config import P2PScenario, SyntheticRegressionData, ZcdpNflConfig
+from fdp_flower.algorithms.p2p.config import P2PScenario, PAdmmConfig, SyntheticRegressionData, ZcdpNflConfig
 from fdp_flower.config.sections import PrivacyConfig
 from fdp_flower.engines.p2p import run_scenario
 
-SCENARIO = P2PScenario(topology={"kind": "ring", "num_nodes": 4},
-                       data=SyntheticRegressionData(problem="lad", samples_per_node=20, dim=3),
-                       algorithm=ZcdpNflConfig(steps=3), privacy=PrivacyConfig(mode="total", eps=5.0, delta=1.0e-4))
+SCENARIOS = {
+    "zcdp_nfl": P2PScenario(topology={"kind": "ring", "num_nodes": 4},
+                            data=SyntheticRegressionData(problem="lad", samples_per_node=20, dim=3),
+                            algorithm=ZcdpNflConfig(steps=3),
+                            privacy=PrivacyConfig(mode="total", eps=5.0, delta=1.0e-4)),
+    "p_admm": P2PScenario(topology={"kind": "ring", "num_nodes": 4},
+                          data=SyntheticRegressionData(problem="ridge", samples_per_node=20, dim=3),
+                          algorithm=PAdmmConfig(steps=3, decay={"kind": "periodic", "decay": 0.9, "period": 2}),
+                          privacy=PrivacyConfig(mode="total", eps=5.0, delta=1.0e-4)),
+}
 
 
 @pytest.mark.slow
-def test_flower_simulation_relay_matches_engine():
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_flower_simulation_relay_matches_engine(name):
+    SCENARIO = SCENARIOS[name]
     from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp

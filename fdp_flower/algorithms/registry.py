@@ -21,7 +21,7 @@ from fdp_flower.config.base import (
     validate_mapping,
 )
 
-P2P_KINDS = ("zcdp_nfl", "dp_nfl", "zcdp_grad_nfl", "decentralized_admm", "pr_admm")
+P2P_KINDS = ("zcdp_nfl", "dp_nfl", "zcdp_grad_nfl", "decentralized_admm", "pr_admm", "p_admm")
 GRADIENT_KINDS = ("dp_admm", "dp_acc_admm")
 ALGORITHM_KINDS = ("fdp_admm", *P2P_KINDS, *GRADIENT_KINDS)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -57,6 +58,16 @@ def iteration_multipliers(steps: int, rate: float) -> np.ndarray:
         raise ValueError(f"decay rate R_T must be > 0, got {rate}")
     k = np.arange(steps, dtype=float)
     return np.where(k == 0, 1.0, rate * k * (k + 1))
+
+
+@lru_cache(maxsize=256)
+def _pld_scale(relative: tuple, eps: float, delta: float) -> float:
+    """:func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`, memoized: a pure function of the
+    schedule's shape and the target, and with distinct multipliers (decaying variance) the PLD composition
+    of every release takes minutes, so sweeps over step sizes must not repeat it."""
+    from fdp_flower.privacy.calibration import calibrate_noise_multiplier
+
+    return calibrate_noise_multiplier(eps, delta, relative)
 
 
 @dataclass(frozen=True)
@@ -110,11 +121,9 @@ class NoisePlan:
         is 1 / sqrt(2 rho_k)) and :func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier`
         finds the scale.  The Bun-Steinke conversion (:meth:`zcdp_total`, the papers' Corollary /
         Theorems) reaches the same (eps, delta) with a smaller rho, i.e. more noise."""
-        from fdp_flower.privacy.calibration import calibrate_noise_multiplier
-
         mult = np.asarray(multipliers, dtype=float)
         relative = mult ** -0.5  # z_k / z_1 with z_k = 1 / sqrt(2 rho_k), rho_k = rho_1 m_k
-        z = calibrate_noise_multiplier(eps, delta, relative) * relative
+        z = _pld_scale(tuple(float(r) for r in relative), float(eps), float(delta)) * relative
         rho = 1.0 / (2.0 * z**2)
         return cls("zcdp", tuple(float(r) for r in rho), rho_total=float(rho.sum()))
 

@@ -295,6 +295,9 @@ class ZcdpNflConfig(_Frozen):
     steps: int = Field(200, **_STEPS)
     step: P2PStep = Field(InvStep(eta0=10.0), description="eta_k of the linearized step")
     budget: ZcdpBudget = Field(ConstantBudget(), description="per-step zCDP budget schedule")
+    anchor: Literal["released", "neighbourhood_average"] = Field(
+        "released", description="point the step linearizes at: the node's own release (Gauthier et al. 2023) or the "
+        "Metropolis average of its and its neighbours' releases (not in the paper; also DP: releases only)")
 
 
 class DpNflConfig(_Frozen):
@@ -338,8 +341,21 @@ class PrAdmmConfig(_Frozen):
     step: P2PStep = Field(InvStep(eta0=10.0), description="eta_k of the linearized local step (nonsmooth f_i)")
 
 
+class PAdmmConfig(_Frozen):
+    """P-ADMM (Ding et al. 2019, the comparator of Gauthier et al. (2023)'s ridge figure): the loss linearized at the node's
+    own release with a constant proximal step gamma, the smooth regularizer exact, primal-variable Gaussian
+    perturbation with a decaying variance (``fdp_flower.algorithms.p2p.p_admm``).  Smooth objectives only."""
+
+    kind: Literal["p_admm"] = "p_admm"
+    eta: float = Field(0.1, gt=0, le=1e6, description="ADMM penalty eta")
+    gamma: float = Field(1.0, gt=0, le=1e6, description="constant proximal step gamma of the linearized loss")
+    steps: int = Field(200, **_STEPS)
+    decay: VarianceDecay = Field(PeriodicDecay(decay=0.9, period=20),
+                                 description="noise variance decay: sigma_{k+1}^2 = sigma_1^2 R^floor(k / K_p)")
+
+
 P2PAlgorithmConfig = Annotated[Union[ZcdpNflConfig, DpNflConfig, DecentralizedAdmmConfig, ZcdpGradNflConfig,
-                                     PrAdmmConfig], Field(discriminator="kind")]
+                                     PrAdmmConfig, PAdmmConfig], Field(discriminator="kind")]
 
 
 def _schedule(step) -> StepSchedule:
@@ -370,7 +386,7 @@ def build_algorithm(cfg, privacy: PrivacyConfig, problem) -> P2PAlgorithm:
             noise = (_budget.NoisePlan.classic_total(steps, privacy.eps, privacy.delta) if total
                      else _budget.NoisePlan.classic_per_step(privacy.eps, privacy.delta))
         else:
-            if cfg.kind == "pr_admm":
+            if cfg.kind in ("pr_admm", "p_admm"):
                 d = cfg.decay
                 mult = (_budget.periodic_multipliers(steps, d.decay, d.period) if d.kind == "periodic"
                         else _budget.iteration_multipliers(steps, d.rate))
@@ -394,8 +410,19 @@ def build_algorithm(cfg, privacy: PrivacyConfig, problem) -> P2PAlgorithm:
                             noise=noise, gradient_bound=g,
                             threshold=math.inf if cfg.threshold is None else cfg.threshold,
                             local_solver=solver, paper_constants=privacy.paper_constants)
+    if cfg.kind == "p_admm":
+        from fdp_flower.algorithms.p2p.p_admm import regularizer_curvature
+
+        if not is_smooth(problem.loss, problem.penalty):
+            raise ValueError(f"P-ADMM needs a smooth objective; the {problem.loss.name} loss with the "
+                             f"{problem.penalty.kind} penalty is not (use zcdp_nfl)")
+        floor = float(regularizer_curvature(problem.objective, problem.dim).min())
+        return P2PAlgorithm(kind="p_admm", steps=steps, penalty=cfg.eta,
+                            step_schedule=StepSchedule("constant", eta0=cfg.gamma), noise=noise, gradient_bound=g,
+                            regularizer_floor=floor)
     return P2PAlgorithm(kind=cfg.kind, steps=steps, penalty=getattr(cfg, "rho", 1.0),
-                        step_schedule=_schedule(cfg.step), noise=noise, gradient_bound=g)
+                        step_schedule=_schedule(cfg.step), noise=noise, gradient_bound=g,
+                        anchor=getattr(cfg, "anchor", "released"))
 
 
 # ---------------------------------------------------------------- scenario

@@ -6,7 +6,8 @@ releases xt_j^{r-1}:
 
 1. complete the previous step's dual update with xt^{r-1} (docs/algorithms.md, eq. (3.3) for
    zCDP-NFL, eq. (4.4) for PR-ADMM) and, for PR-ADMM, add ||xt_i^{r-1} - xt_j^{r-1}|| to S_ij;
-2. primal step of the algorithm -> x_i^r;
+2. primal step of the algorithm -> x_i^r (P-ADMM: :mod:`fdp_flower.algorithms.p2p.p_admm`, whose dual
+   update has zCDP-NFL's form);
 3. release xt_i^r = x_i^r + N(0, sigma_{i,r}^2 I) with the generator
    ``release_rng(seed, node, r)``, so every engine draws the same noise.
 
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fdp_flower.algorithms.p2p.budget import NoisePlan
-from fdp_flower.algorithms.p2p.grad_nfl import grad_nfl_sensitivity, grad_nfl_step
+from fdp_flower.algorithms.p2p.grad_nfl import grad_nfl_sensitivity, grad_nfl_step, metropolis_row
+from fdp_flower.algorithms.p2p.p_admm import p_admm_primal_step, p_admm_sensitivity
 from fdp_flower.algorithms.p2p.pr_admm import (
     exact_primal_step,
     linearized_primal_step,
@@ -37,7 +39,7 @@ from fdp_flower.core.schedules import StepSchedule
 from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
 
-ALGORITHM_KINDS = ("zcdp_nfl", "dp_nfl", "decentralized_admm", "zcdp_grad_nfl", "pr_admm")
+ALGORITHM_KINDS = ("zcdp_nfl", "dp_nfl", "decentralized_admm", "zcdp_grad_nfl", "pr_admm", "p_admm")
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,17 @@ class P2PAlgorithm:
 
     kind : one of ``ALGORITHM_KINDS``.
     steps : T, the number of rounds.
-    penalty : rho of zCDP-NFL / eta of PR-ADMM (the ADMM penalty; unused by grad-NFL).
-    step_schedule : eta_k of the linearized step, or a_k of grad-NFL.
+    penalty : rho of zCDP-NFL / eta of PR-ADMM and P-ADMM (the ADMM penalty; unused by grad-NFL).
+    step_schedule : eta_k of the linearized step, a_k of grad-NFL, P-ADMM's constant gamma.
     noise : the per-step calibration (mode "none" for non-private runs).
     gradient_bound : G (V in Ding et al. (2019)).
     threshold : PR-ADMM's U (inf disables it).
     local_solver : PR-ADMM's "exact" (Newton) or "linearized".
     paper_constants : PR-ADMM's Lemma 5 sensitivity V / (eta |V_i|).
+    regularizer_floor : P-ADMM's min_k (lam/N) c_k, the exact regularizer's smallest curvature.
+    anchor : zCDP-NFL's linearization point: "released" (xt_i^k, Gauthier et al. (2023)) or "neighbourhood_average"
+        (sum_{j in N_i u {i}} W_ij xt_j^k, Metropolis weights; not in the paper).  Both are releases, so
+        Lemma I's sensitivity holds for either.
     """
 
     kind: str
@@ -64,6 +70,8 @@ class P2PAlgorithm:
     threshold: float = math.inf
     local_solver: str = "exact"
     paper_constants: bool = False
+    regularizer_floor: float = 0.0
+    anchor: str = "released"
 
     def __post_init__(self):
         if self.kind not in ALGORITHM_KINDS:
@@ -74,12 +82,17 @@ class P2PAlgorithm:
             raise ValueError(f"the ADMM penalty must be > 0, got {self.penalty}")
         if self.local_solver not in ("exact", "linearized"):
             raise ValueError(f"local_solver must be exact or linearized, got {self.local_solver!r}")
+        if self.anchor not in ("released", "neighbourhood_average"):
+            raise ValueError(f"anchor must be released or neighbourhood_average, got {self.anchor!r}")
 
     def sensitivity(self, round_: int, m: int, degree: int) -> float:
         """Replace-one l2-sensitivity of node's x_i^round."""
         eta_k = float(self.step_schedule(round_))
         if self.kind == "zcdp_grad_nfl":
             return grad_nfl_sensitivity(gradient_bound=self.gradient_bound, m=m, step=eta_k)
+        if self.kind == "p_admm":
+            return p_admm_sensitivity(gradient_bound=self.gradient_bound, m=m, gamma=eta_k, eta=self.penalty,
+                                      degree=degree, curvature_floor=self.regularizer_floor)
         if self.kind == "pr_admm":
             return pr_sensitivity(gradient_bound=self.gradient_bound, m=m, eta=self.penalty, degree=degree,
                                   paper_constants=self.paper_constants,
@@ -161,14 +174,22 @@ def node_round(*, algorithm: P2PAlgorithm, objective, node: int, seed: int, stat
         else:
             x = linearized_primal_step(objective=objective, own_released=own, neighbour_used=used, dual=dual,
                                        features=features, response=response, eta=algorithm.penalty, step=eta_k)
+    elif algorithm.kind == "p_admm":
+        dual = nfl_dual_step(dual=state.dual, own_released=own, neighbour_released=nb, rho=algorithm.penalty)
+        x = p_admm_primal_step(objective=objective, own_released=own, neighbour_released=nb, dual=dual,
+                               features=features, response=response, gamma=eta_k, eta=algorithm.penalty)
     elif algorithm.kind == "zcdp_grad_nfl":
         dual = state.dual
         x = grad_nfl_step(objective=objective, own_released=own, neighbour_released=nb,
                           neighbour_degrees=neighbour_degrees, features=features, response=response, step=eta_k)
     else:
         dual = nfl_dual_step(dual=state.dual, own_released=own, neighbour_released=nb, rho=algorithm.penalty)
+        anchor = None
+        if algorithm.anchor == "neighbourhood_average":
+            w_ii, w_ij = metropolis_row(degree, neighbour_degrees)
+            anchor = w_ii * own + w_ij @ nb
         x = nfl_primal_step(objective=objective, own_released=own, neighbour_released=nb, dual=dual,
-                            features=features, response=response, eta=eta_k, rho=algorithm.penalty)
+                            features=features, response=response, eta=eta_k, rho=algorithm.penalty, anchor=anchor)
     params = algorithm.release_parameters(r, m, degree)
     if params is None:
         released, sens, sigma = x, None, None

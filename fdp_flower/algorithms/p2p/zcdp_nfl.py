@@ -23,11 +23,12 @@ def nfl_primal_step(*, objective, own_released, neighbour_released, dual, featur
     approximation (5)).
 
     ``neighbour_released`` has shape (|N_i|, K), rows in the node's neighbour order.
-    ``anchor`` z_i replaces xt_i^k in the linearization (z_i / eta - f_i'(z_i)); None (the library's
-    rule) anchors at the release.  Anchoring at the node's private iterate x_i^k is NOT
-    differentially private at Lemma I's noise (the hidden iterate carries the data from step to
-    step); it exists only so that the privacy audit (``fdp-flower audit --variant private_anchor``)
-    can show that it fails.
+    ``anchor`` z_i is the point f_i is linearized at (prox term ||x - z_i||^2 / (2 eta) too); None (the
+    paper's rule) anchors at the release xt_i^k. Any z_i computed from releases only (e.g. the
+    neighbourhood average, ``algorithm.anchor: neighbourhood_average``) keeps Lemma I's sensitivity.
+    Anchoring at the node's private iterate x_i^k is NOT differentially private at Lemma I's noise (the
+    hidden iterate carries the data from step to step); it exists only so that the privacy audit
+    (``fdp-flower audit --variant private_anchor``) can show that it fails.
     """
     neighbour_released = np.asarray(neighbour_released, dtype=float)
     z = own_released if anchor is None else np.asarray(anchor, dtype=float)
