@@ -254,7 +254,8 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
             raise ValueError(f"the releases with fixed noise alone spend eps = {spent:.4g} "
                              f"of the total {eps_total:g} at delta {delta_total:g}: nothing is left for the "
                              "other releases")
-    analytic = float(np.sqrt(np.sum(rel**-2.0) / room))
+    fixed_precision, rel_precision = float(np.sum(fixed**-2.0)), float(np.sum(rel**-2.0))
+    analytic = float(np.sqrt(rel_precision / room))
     if discretization is None:
         # Beyond a bounded PLD the ledger reports the analytic eps of the composed Gaussian: meet it exactly.
         return analytic
@@ -262,7 +263,9 @@ def calibrate_noise_multiplier(eps_total: float, delta_total: float,
     def calibrate(lo: float, hi: float) -> float:
         return float(dp_accounting.calibrate_dp_mechanism(
             lambda: pld_accountant(discretization),
-            lambda c: composed_gaussian_event(np.concatenate([fixed, c * rel])), target, delta_total,
+            # the releases compose exactly into one Gaussian (the ledger's PLD is run on that one too)
+            lambda c: dp_accounting.GaussianDpEvent(float(fixed_precision + c**-2.0 * rel_precision) ** -0.5),
+            target, delta_total,
             bracket_interval=dp_accounting.ExplicitBracketInterval(lo * analytic, hi * analytic),
             tol=1e-6 * analytic,
         ))
