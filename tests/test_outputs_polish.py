@@ -149,12 +149,12 @@ def test_p2p_run_shows_progress_and_draws_its_plot(tmp_path, capsys):
     assert main(["run", str(ROOT / "scenarios" / "p2p_lad_zcdp_nfl.yaml"), "--out", str(out),
                  "--set", f"algorithm.steps={steps}", "--set", "topology.num_nodes=8", "--set", "privacy.eps=2"]) == 0
     text = capsys.readouterr().out
-    progress = re.findall(r"^\[\s*(\d+)/40\] released_normalized_error=(\S+), .*eps_rdp=(\S+)$", text, re.MULTILINE)
+    progress = re.findall(r"^\[\s*(\d+)/40\] released_normalized_error=(\S+), .*eps_pld=(\S+)$", text, re.MULTILINE)
     assert [int(r) for r, _, _ in progress] == list(range(2, steps + 1, 2))
-    eps_rdp = [float(e) for _, _, e in progress]
-    assert all(b > a for a, b in zip(eps_rdp, eps_rdp[1:]))
+    eps_pld = [float(e) for _, _, e in progress]
+    assert all(b > a for a, b in zip(eps_pld, eps_pld[1:]))
     model = load_results(out)
-    assert eps_rdp[-1] == pytest.approx(model.privacy.eps_rdp, rel=5e-4)  # printed to 4 significant digits
+    assert eps_pld[-1] == pytest.approx(model.privacy.eps, rel=5e-4)  # printed to 4 significant digits
     history = list(csv.DictReader(open(out / "history.csv")))
     assert float(progress[-1][1]) == pytest.approx(float(history[-1]["released_normalized_error"]), rel=1e-3)
     assert f"plot: {out / 'convergence.png'}" in text and (out / "convergence.png").stat().st_size > 1000

@@ -43,7 +43,7 @@ def _run_other_family(args: argparse.Namespace) -> int | None:
 
         def progress(step: int, row: dict) -> None:
             shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("released_normalized_error", "released_average_loss",
-                                                             "released_test_accuracy", "eps_rdp") if k in row)
+                                                             "released_test_accuracy", "eps_pld") if k in row)
             print(f"[{step:>{len(str(steps))}}/{steps}] {shown}", flush=True)
 
         result = run_scenario(scenario, progress=progress)

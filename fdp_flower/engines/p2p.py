@@ -18,6 +18,7 @@ from fdp_flower.algorithms.p2p.node import NodeState, P2PAlgorithm, node_round
 from fdp_flower.algorithms.p2p.problems import NetworkProblem
 from fdp_flower.algorithms.p2p.topology import Graph
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
+from fdp_flower.privacy.ledger import epsilon_of_rho
 
 
 class BudgetExceededError(RuntimeError):
@@ -100,7 +101,8 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
     progress : callable or None
         Called as ``progress(round, row)`` about twenty times per run and after the last round, with
         ``row`` the metrics of the released vectors (``released_normalized_error``, ...) and, when
-        private, ``eps_rdp``, the worst node's RDP eps at ``accounting_delta`` (default: None).
+        private, ``eps_pld``, the worst node's eps so far at ``accounting_delta`` (the PLD accountant's
+        figure of the composed Gaussian, in closed form) (default: None).
     """
     n, k = problem.num_nodes, problem.dim
     if graph.num_nodes != n:
@@ -157,8 +159,8 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
         if progress is not None and (r % max(1, steps // 20) == 0 or r == steps):
             row = {f"released_{key}": float(np.asarray(val)) for key, val in evaluate(problem, released[r]).items()}
             worst = ledger.worst_case(accounting_delta, with_pld=False)
-            if worst is not None:
-                row["eps_rdp"] = float(worst.eps_rdp)
+            if worst is not None:  # the headline accountant's eps (PLD of the composed Gaussian, closed form)
+                row["eps_pld"] = epsilon_of_rho(worst.zcdp_rho, accounting_delta)
             progress(r, row)
     rounds = np.unique(np.r_[np.arange(0, steps + 1, metrics_every), steps])
     metrics = {"round": rounds}
