@@ -163,6 +163,8 @@ def test_gradient_admm_add_remove_passes(kind):
     ("p2p_lad_dp_nfl.yaml", []),
     ("p2p_lad_grad_nfl.yaml", []),
     ("p2p_elastic_net_zcdp_nfl.yaml", []),
+    ("p2p_lad_zcdp_nfl.yaml", ["algorithm.anchor=neighbourhood_average"]),
+    ("p2p_ridge_p_admm.yaml", []),
 ])
 def test_peer_to_peer_linearized_algorithms_pass(name, overrides):
     report = _audit(SCENARIOS / name, P2P_SMALL + overrides, steps=4)

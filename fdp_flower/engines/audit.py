@@ -432,7 +432,9 @@ class P2PProtocol(_Protocol):
         self.delta = scenario.privacy.delta
         self.logistic = isinstance(self.problem.loss, LogisticLoss)
         label = {"zcdp_nfl": "zCDP-NFL", "dp_nfl": "DP-NFL", "zcdp_grad_nfl": "zCDP-grad-NFL",
-                 "pr_admm": "PR-ADMM"}.get(self.algorithm.kind, self.algorithm.kind)
+                 "pr_admm": "PR-ADMM", "p_admm": "P-ADMM"}.get(self.algorithm.kind, self.algorithm.kind)
+        if getattr(scenario.algorithm, "anchor", "released") == "neighbourhood_average":
+            label += " (neighbourhood-average anchor)"
         self.name = label + (" (private anchor, NOT DP)" if variant else "")
         self._m = len(self.problem.responses[party])
 
