@@ -52,6 +52,7 @@ from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     build_problem,
 )
 from fdp_flower.algorithms.p2p.grad_nfl import metropolis_row  # noqa: E402
+from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_primal_step  # noqa: E402
 from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
 from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng  # noqa: E402
@@ -107,10 +108,9 @@ def nfl_anchor_run(net: Network, rho, step, eps, seed, anchor):
         z = {"released": xt, "private": x, "neighbourhood": net.W @ xt}[anchor]
         eta = float(alg.step_schedule(r))
         new_x, new_xt = np.empty_like(x), np.empty_like(xt)
-        for i, nb in enumerate(net.nbrs):
-            s = obj.local_subgradient(z[i], feats[i], resp[i])
-            consensus = len(nb) * xt[i] + xt[nb].sum(0)
-            new_x[i] = (z[i] / eta - s - lam[i] + rho * consensus) / (1.0 / eta + 2.0 * rho * len(nb))
+        for i, nb in enumerate(net.nbrs):  # the library's step, linearized at z_i
+            new_x[i] = nfl_primal_step(objective=obj, own_released=xt[i], neighbour_released=xt[nb], dual=lam[i],
+                                       features=feats[i], response=resp[i], eta=eta, rho=rho, anchor=z[i])
             params = alg.release_parameters(r, len(resp[i]), len(nb))
             new_xt[i] = new_x[i] if params is None else add_gaussian_noise(new_x[i], params[1],
                                                                              release_rng(seed, i, r))
