@@ -56,6 +56,8 @@ def test_cli_engine_flower_resumes_a_checkpoint_and_ends_where_an_uninterrupted_
     assert main(["run", "--resume", str(ckpt.parent), "--engine", "flower", "--out", str(tmp_path / "flower")]) == 0
     out = capsys.readouterr().out
     assert "after round 2" in out and "status: finished:completed" in out
+    # one SuperNode per client: each node simulates the client the resumed server names
+    assert f"with {scenario.federation.num_clients} simulated SuperNodes" in out
     (result_dir,) = [p for p in (tmp_path / "flower").iterdir() if p.is_dir()]
     final = np.load(result_dir / "final.npz")
     local = run_fdp_admm(scenario)

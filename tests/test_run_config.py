@@ -186,15 +186,18 @@ def test_run_sh_from_a_fresh_clone_uses_its_own_superlink_next_to_an_unrelated_o
     assert os.access(clone / "run.sh", os.X_OK)
 
 
-def test_resume_on_the_simulation_refuses_one_supernode_per_client_before_starting_anything(tmp_path, capsys):
-    """A resumed simulated run routes clients by name, which needs fewer SuperNodes than clients."""
-    from fdp_flower.algorithms.fdp_admm.config import load_scenario
-    from fdp_flower.cli import main
-    from fdp_flower.engines.inprocess import run_fdp_admm
+def test_a_node_with_simulated_data_simulates_the_client_it_is_named_even_in_a_full_size_federation():
+    """A resumed simulation names clients in its messages: with one SuperNode per client a node with
+    simulated data takes the name; a node-local site never simulates another client."""
+    from flwr.app import Context, RecordDict
 
-    overrides = ["data.n_samples=600", "federation.num_clients=3", "algorithm.rounds=3", "output.checkpoint_every=1"]
-    ckpt = tmp_path / "interrupted" / "checkpoint.npz"
-    run_fdp_admm(load_scenario(REPO / "scenarios/quickstart.yaml", overrides), checkpoint_path=ckpt, stop_after=1)
-    assert main(["run", "--resume", str(ckpt.parent), "--engine", "flower", "--supernodes", "3"]) == 2
-    captured = capsys.readouterr()
-    assert "needs fewer SuperNodes than clients (3)" in captured.err and "SuperLink" not in captured.out
+    from fdp_flower.clients.common import node_partition
+
+    scenario = load_any_scenario(REPO / "scenarios/quickstart.yaml", ["federation.num_clients=3"])
+    ctx = Context(run_id=1, node_id=5, node_config={"partition-id": 2, "num-partitions": 3}, state=RecordDict(),
+                  run_config={})
+    assert node_partition(ctx, scenario, 0, simulated=True) == 0
+    assert node_partition(ctx, scenario, 0, simulated=False) == 2
+    assert node_partition(ctx, scenario, None, simulated=True) == 2
+    with pytest.raises(ValueError, match="outside"):
+        node_partition(ctx, scenario, 3, simulated=True)

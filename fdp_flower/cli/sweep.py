@@ -161,16 +161,12 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
         # checked before the SuperLink starts (and before the first release)
         results = check_output_dir(Path(args.out or run_config.pop("results-dir", None)
                                         or scenario.output.dir).resolve())
-        # A resumed simulated run names each client in its messages (the server cannot tell a node's
-        # partition from a first reply once the duals are non-zero); a simulated SuperNode accepts a
-        # name only when there are fewer SuperNodes than clients, so a resumed run uses one by default.
-        default = 1 if args.resume else clients_of(scenario)
-        supernodes = default if args.supernodes is None else args.supernodes
+        # One simulated SuperNode per client by default.  A resumed simulated run names each client in
+        # its messages (the server cannot tell a node's partition from a first reply once the duals are
+        # non-zero) and a node with simulated data simulates the client it is named.
+        supernodes = clients_of(scenario) if args.supernodes is None else args.supernodes
         if supernodes < 1:
             raise ScenarioError(f"--supernodes must be >= 1, got {supernodes}")
-        if args.resume and supernodes >= clients_of(scenario):
-            raise ScenarioError(f"--resume on the simulation runtime needs fewer SuperNodes than clients "
-                                f"({clients_of(scenario)}), got --supernodes {supernodes}")
         print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower with {supernodes} simulated "
               f"SuperNodes; results under {results}", flush=True)
         print(f"equivalent command on a running SuperLink: "

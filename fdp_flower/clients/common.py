@@ -27,15 +27,16 @@ def run_scenario(context: Context):
     return scenario
 
 
-def node_partition(context: Context, scenario, named: int | None = None) -> int:
+def node_partition(context: Context, scenario, named: int | None = None, *, simulated: bool = False) -> int:
     """This node's partition id, checked against the scenario's federation size.
 
-    ``named`` is a partition the server asked this node to simulate (when the
-    simulation has fewer nodes than clients); it is accepted only for simulated
-    data and when the node is not itself one client of a full-size federation.
+    ``named`` is a partition the server asked this node to simulate (a simulation with fewer nodes
+    than clients, or a resumed simulation, whose server routes clients by name); it is accepted when
+    the data are ``simulated`` (any node can generate any client's slice) or when the node is not
+    itself one client of a full-size federation.
     """
     num_nodes = int(context.node_config.get("num-partitions", 0))
-    if named is not None and num_nodes != scenario.federation.num_clients:
+    if named is not None and (simulated or num_nodes != scenario.federation.num_clients):
         if not 0 <= named < scenario.federation.num_clients:
             raise ValueError(f"partition-id {named} outside [0, {scenario.federation.num_clients})")
         return named

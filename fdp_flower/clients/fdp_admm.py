@@ -177,7 +177,8 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     on node-local data).  A node that lost the run's basis answers with a :data:`BASIS_MISSING`
     error before anything is computed or charged."""
     config = msg.content["config"]
-    partition = node_partition(context, scenario, int(config["partition-id"]) if "partition-id" in config else None)
+    partition = node_partition(context, scenario, int(config["partition-id"]) if "partition-id" in config else None,
+                               simulated=not data_source(scenario).node_local)
     arrays = unpack_arrays(msg.content["arrays"])
     digest = str(config[BASIS_DIGEST_KEY]) if BASIS_DIGEST_KEY in config else None
     try:
