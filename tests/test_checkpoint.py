@@ -42,6 +42,21 @@ class Crash(Exception):
     pass
 
 
+def _crash_during_round_7(monkeypatch):
+    """Make the in-process engine die during round 7, as a killed process would (last checkpoint: round 6);
+    returns the real engine."""
+    real = inprocess.run_fdp_admm
+
+    def crashing(scenario, **kw):
+        def progress(round_, row):
+            if round_ == 7:
+                raise Crash
+        return real(scenario, **{**kw, "progress": progress})
+
+    monkeypatch.setattr(inprocess, "run_fdp_admm", crashing)
+    return real
+
+
 def test_resume_after_crash_equals_uninterrupted_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({**SCENARIO, **TOTAL}))
@@ -49,15 +64,7 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, monkeypatch, caps
     full = _files(tmp_path / "full")
     assert full["summary"]["stop_reason"] == "completed" and full["summary"]["failures"]["count"] > 0
 
-    real = inprocess.run_fdp_admm
-
-    def crashing(scenario, **kw):  # the process dies during round 7 (last checkpoint: round 6)
-        def progress(round_, row):
-            if round_ == 7:
-                raise Crash
-        return real(scenario, **{**kw, "progress": progress})
-
-    monkeypatch.setattr(inprocess, "run_fdp_admm", crashing)
+    real = _crash_during_round_7(monkeypatch)
     with pytest.raises(Crash):
         cli.main(["run", "s.yaml", "--out", "part"])
     ck = read_checkpoint(tmp_path / "part")
@@ -138,15 +145,7 @@ def test_a_resume_with_os_entropy_noise_charges_every_release_the_crashed_run_ma
     sc = {**SCENARIO, "faults": {"failure_rate": 0.0}, "privacy": {"mode": "per_round", "eps": 1.0,
                                                                   "noise_source": "os_entropy"}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
-    real = inprocess.run_fdp_admm
-
-    def crashing(scenario, **kw):
-        def progress(round_, row):
-            if round_ == 7:
-                raise Crash
-        return real(scenario, **{**kw, "progress": progress})
-
-    monkeypatch.setattr(inprocess, "run_fdp_admm", crashing)
+    real = _crash_during_round_7(monkeypatch)
     with pytest.raises(Crash):
         cli.main(["run", "s.yaml", "--out", "part"])
     assert read_checkpoint(tmp_path / "part").round == 6
