@@ -142,6 +142,9 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/privacy_utility/preconditioning_runs.csv")
     parser.add_argument("--noise-free", action="store_true",
                         help="the same runs without noise (convergence bias of each candidate only)")
+    parser.add_argument("--rounds", type=int, default=None, help="override algorithm.rounds (default: 120)")
+    parser.add_argument("--tail-fraction", type=float, default=None,
+                        help="override the tail average's fraction (default: 0.5)")
     parser.add_argument("--table-only", action="store_true", help="print the table of an existing --out")
     args = parser.parse_args()
     if args.table_only:
@@ -149,6 +152,11 @@ def main() -> None:
         return
     if min(args.seeds) < 1000:
         parser.error("tuning uses seeds >= 1000 only (0-19 are the evaluation seeds)")
+    algorithm = {}
+    if args.rounds is not None:
+        algorithm["rounds"] = args.rounds
+    if args.tail_fraction is not None:
+        algorithm["estimator"] = {"kind": "tail_average", "tail_fraction": args.tail_fraction}
     rows = []
     checked = False
     for seed in args.seeds:
@@ -157,7 +165,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 for penalty in pc.PENALTIES:
                     for tau in pc.CELLS[d]:
-                        sc = pc.scenario(d, m, penalty, tau, seed)
+                        sc = pc.scenario(d, m, penalty, tau, seed, algorithm=algorithm)
                         data = pc._setup(sc)
                         c1, lam_k = sc.model.clip_c1, data.basis.eigenvalues
                         lam_over_m = sc.model.penalty.lam / m
