@@ -165,7 +165,8 @@ class Scenario(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _non_private_defaults(cls, data: Any) -> Any:
-        """Privacy off: fill an unset ``algorithm.rho_rule`` / ``algorithm.stopping`` (never overrides)."""
+        """Privacy off: fill an unset ``algorithm.rho_rule`` / ``algorithm.stopping``, or the ``kind`` of one
+        given without it, from :data:`NON_PRIVATE_DEFAULTS` (never overrides a given value)."""
         if not isinstance(data, dict):
             return data
         privacy = data.get("privacy")
@@ -174,7 +175,13 @@ class Scenario(_Frozen):
         algorithm = data.get("algorithm", {})
         if enabled is not False or not isinstance(algorithm, dict) or algorithm.get("kind", "fdp_admm") != "fdp_admm":
             return data
-        filled = {k: v for k, v in NON_PRIVATE_DEFAULTS.items() if k not in algorithm}
+        filled = {}
+        for key, default in NON_PRIVATE_DEFAULTS.items():
+            given = algorithm.get(key)
+            if given is None:
+                filled[key] = default
+            elif isinstance(given, dict) and "kind" not in given:  # e.g. only stopping.tol_rel set
+                filled[key] = {**given, "kind": default["kind"]}
         return {**data, "algorithm": {**algorithm, **filled}} if filled else data
 
     @model_validator(mode="before")
