@@ -192,3 +192,37 @@ def test_run_stopped_early_writes_complete_results(tmp_path):
     assert float(final["state_rho"]) == res.state.rho
     model = load_results(out)
     assert model.stop_reason == res.stop_reason
+
+
+@pytest.mark.slow
+def test_flower_simulation_stops_like_the_inprocess_engine(tmp_path):
+    """Privacy off, residual balancing and the stopping rule on Flower's simulation engine: the run ends
+    normally at the in-process engine's stop round, with its rho path and iterates (1e-10)."""
+    from fdp_flower.config.base import parse_override_string
+    from tests.flower_harness import REPO, flwr_run, simulation_superlink
+
+    overrides = ("data.n_samples=3000; federation.num_clients=3; algorithm.rounds=12; privacy.enabled=false; "
+                 "algorithm.stopping.tol_abs=0.03")
+    scenario = load_scenario(REPO / "scenarios/flwr_default.yaml", parse_override_string(overrides))
+    local = run_fdp_admm(scenario)
+    assert local.stop_reason.startswith("converged") and len(local.history) < 12
+    assert len({h["rho"] for h in local.history}) > 1
+    out = tmp_path / "results"
+    with simulation_superlink(tmp_path, num_supernodes=3) as env:
+        _run_id, status, output = flwr_run(
+            env, f"scenario='scenarios/flwr_default.yaml' overrides='{overrides}' results-dir='{out}'")
+    run = status["runs"][0]
+    assert run["status"] == "finished:completed", f"{run['status']}: {run['status-details']}\n{output[-3000:]}"
+    (result_dir,) = list(out.iterdir())
+    summary = json.loads((result_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == local.stop_reason
+    assert summary["rounds_completed"] == len(local.history)
+    final = np.load(result_dir / "final.npz")
+    for name in ("global_w", "duals", "noisy_primals"):
+        np.testing.assert_allclose(final[f"state_{name}"], getattr(local.state, name), rtol=0, atol=1e-10)
+    assert float(final["state_rho"]) == local.state.rho
+    import csv
+
+    with (result_dir / "history.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [float(r["rho"]) for r in rows] == [h["rho"] for h in local.history]
