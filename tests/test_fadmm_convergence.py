@@ -226,3 +226,24 @@ def test_flower_simulation_stops_like_the_inprocess_engine(tmp_path):
     with (result_dir / "history.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [float(r["rho"]) for r in rows] == [h["rho"] for h in local.history]
+
+
+def test_sweep_of_runs_that_stop_at_different_rounds_writes_its_history(tmp_path):
+    """Batched sweep, privacy off: repetitions that the rule ends at different rounds are written with the
+    history of a stopped run held at its last values (its model no longer changes)."""
+    from fdp_flower.engines.sweep import _stack_held, load_sweep, run_sweep, write_sweep_results
+
+    np.testing.assert_array_equal(_stack_held([np.array([1.0, 2.0]), np.array([3.0, 4.0, 5.0])]),
+                                  [[1.0, 2.0, 2.0], [3.0, 4.0, 5.0]])
+    spec = load_sweep(ROOT / "scenarios" / "paper_table1.yaml",
+                      ["data.n_samples=1503", "federation.num_clients=3", "algorithm.rounds=12", "privacy.enabled=false",
+                       "sweep.paper_table=null", "sweep.repetitions=4", "sweep.history=true", "sweep.engine=batched",
+                       *STOPS])
+    result = run_sweep(spec, workers=1, progress=False)
+    rounds = {r["rounds_completed"] for r in result.runs}
+    assert len(rounds) > 1 and max(rounds) <= 12  # some repetitions stopped before others
+    out = write_sweep_results(result, tmp_path / "sweep", plots=False)
+    lines = (out / "history.csv").read_text().splitlines()
+    config0 = [line for line in lines[1:] if line.startswith("0,")]
+    stopped0 = {r["rounds_completed"] for r in result.runs if r["config"] == 0}
+    assert len(config0) == result.histories[0]["mise"].shape[1] == max(stopped0)

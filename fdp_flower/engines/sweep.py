@@ -346,7 +346,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
         column = {"final": "mise", "average": "mise_avg", "scenario": "mise_estimate"}[spec.sweep.estimator]
         est = final.get(column, math.nan)
         rows.append({"config": c, "repetition": r, "seed": sc.seed, **{k: labels[k] for k in labels},
-                     "estimate_mise": est, **{k: v for k, v in final.items() if k != "round"}})
+                     "estimate_mise": est, **{k: v for k, v in final.items() if k != "round"},
+                     "rounds_completed": int(final.get("round", sc.algorithm.rounds))})  # < rounds: it converged
         for k, v in cols.items():
             hist_parts.setdefault(c, {}).setdefault(k, []).append(v)
     histories = {c: {k: _stack_held(v) for k, v in parts.items()} for c, parts in hist_parts.items()}
