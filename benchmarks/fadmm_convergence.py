@@ -11,7 +11,7 @@ FPCA components, lam = 0.05, 30 rounds (the cap).  Two rules on the same data, e
   the defaults before issue 16);
 - ``default``: the scenario's defaults with privacy off, nothing set: residual balancing of rho from 0.1
   (mu = 10, factor 2) and the residual stopping rule (tol_abs = 1e-6, tol_rel = 1e-3), cap 30
-  (docs/algorithms.md, eqs. (1.7)-(1.9)).
+  (docs/algorithms.md, eqs. (1.15)-(1.17)).
 
 Per run: the relative objective gap (F(w) - F*) / F* at the stop and at round 30 (for a run that stopped
 before round 30, round 30 of the same rule without the stop: its iterates up to the stop are the same),

@@ -224,10 +224,10 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     deltas = [c.privacy.delta for c in configs]
     private = np.array([c.privacy.enabled for c in configs])
     z = np.zeros((2, n_cfg, num_clients, dim))
-    rho = np.full(n_cfg, float(sc0.algorithm.rho))  # rho^l of every configuration (eq. (1.8))
+    rho = np.full(n_cfg, float(sc0.algorithm.rho))  # rho^l of every configuration (eq. (1.16))
     state = FDPADMMState(0, z[0, :, 0].copy(), z[0].copy(), z[0].copy(), z[0, :, 0].copy(), z[0].copy(),
                          tail_start(sc0), z[0, :, 0].copy(), rho)  # the group shares its estimator and rules
-    stopped = np.zeros(n_cfg, dtype=int)  # round after which the stopping rule (1.9) ended a configuration
+    stopped = np.zeros(n_cfg, dtype=int)  # round after which the stopping rule (1.17) ended a configuration
     held: dict[int, tuple] = {}  # a stopped configuration's (w^l, wbar^l, released estimate) at its stop
     rows: list[list[dict]] = [[] for _ in configs]
     traces = np.zeros((rounds, n_cfg, dim)) if trace else None
@@ -247,7 +247,7 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
         previous_w = state.global_w
         state = state.advance(noisy, rho)
         control = after_round(sc0.algorithm, previous_global_w=previous_w, global_w=state.global_w,
-                              noisy_primals=state.noisy_primals, duals=state.duals, rho=rho)  # eqs. (1.7)-(1.9)
+                              noisy_primals=state.noisy_primals, duals=state.duals, rho=rho)  # eqs. (1.15)-(1.17)
         running = stopped == 0
         stops_now = running & control.stop
         if traces is not None:

@@ -126,7 +126,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
         result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
     guard = None if total_budget is None else BudgetGuard(result.ledger, *total_budget)
     for round_ in range(state.round + 1, scenario.algorithm.rounds + 1):
-        rho = round_rho(scenario, state)  # rho^l (eq. (1.8); fixed unless algorithm.rho_rule says otherwise)
+        rho = round_rho(scenario, state)  # rho^l (eq. (1.16); fixed unless algorithm.rho_rule says otherwise)
         eta, sensitivity, sigma = plan.release(round_, sizes, rho)
         failed = draw_failures(fault_seed, round_, len(sizes), faults.failure_rate)
         try:
@@ -162,7 +162,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
             state = advance_with_failures(state, ~failed, noisy, rho)
         else:
             state = state.advance(noisy, rho)
-        state, control = server_after_round(scenario.algorithm, previous, state, rho)  # eqs. (1.7)-(1.9)
+        state, control = server_after_round(scenario.algorithm, previous, state, rho)  # eqs. (1.15)-(1.17)
         row = {"round": round_, "eta_mean": float(np.mean(eta)), **control.row(), **evaluator(state)}
         if sigma is not None:
             row.update(privacy_columns(result.ledger, accounting_delta(scenario)))

@@ -68,7 +68,7 @@ from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis
 
 class RunConverged(Exception):
     """Raised by :meth:`FDPADMMStrategy.configure_train` once the stopping rule (docs/algorithms.md,
-    eq. (1.9)) has ended the run; :meth:`FDPADMMStrategy.start` returns normally on it."""
+    eq. (1.17)) has ended the run; :meth:`FDPADMMStrategy.start` returns normally on it."""
 
 
 class FDPADMMStrategy(Strategy):
@@ -135,7 +135,7 @@ class FDPADMMStrategy(Strategy):
         self._basis_arrays = {f"{BASIS_PREFIX}{k}": v for k, v in basis.to_arrays().items()}
         self.basis_digest = basis_digest(basis.to_arrays())
         self._basis_nodes: set[int] = set()  # nodes that replied to a message with the basis in this run
-        #: set when the stopping rule (eq. (1.9)) ends the run: "converged: ... after round l"
+        #: set when the stopping rule (eq. (1.17)) ends the run: "converged: ... after round l"
         self.stop_reason: str | None = None
 
     def resume_from(self, checkpoint) -> int:
@@ -215,7 +215,7 @@ class FDPADMMStrategy(Strategy):
                                            if r is not None])
         for node, client in assignment:
             cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest,
-                   "rho": round_rho(self.scenario, self.state)}  # rho^l (eq. (1.8))
+                   "rho": round_rho(self.scenario, self.state)}  # rho^l (eq. (1.16))
             if client is not None and self._named:
                 cfg["partition-id"] = client
             # the basis goes with every message to a node until it has replied once: a node may
@@ -385,7 +385,7 @@ class FDPADMMStrategy(Strategy):
         noisy = np.stack([primals.get(i, np.full(dim, np.nan)) for i in range(self.num_clients)])
         rho, previous = round_rho(self.scenario, self.state), self.state
         self.state = advance_with_failures(previous, replied, noisy, rho)
-        self.state, control = server_after_round(self.scenario.algorithm, previous, self.state, rho)  # (1.7)-(1.9)
+        self.state, control = server_after_round(self.scenario.algorithm, previous, self.state, rho)  # (1.15)-(1.17)
         if control.stop:
             self.stop_reason = converged_reason(server_round)
         eta = np.mean([self.plan.step_size(server_round, self.sample_sizes[i]) for i in primals])
@@ -419,7 +419,7 @@ class FDPADMMStrategy(Strategy):
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None):
         """:meth:`Strategy.start` collecting each round's replies with the short poll of
         :class:`~fdp_flower.strategies.common.PollingGrid` (a test double without push/pull is used as is);
-        returns None when the stopping rule (eq. (1.9)) ended the run before ``num_rounds``."""
+        returns None when the stopping rule (eq. (1.17)) ended the run before ``num_rounds``."""
         try:
             return super().start(polling(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config,
                                  evaluate_fn)
@@ -521,7 +521,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=strategy.state.global_w),
                            num_rounds=rounds_left, timeout=scenario.faults.reply_timeout,
                            evaluate_fn=strategy.evaluate_fn)
-        if strategy.stop_reason is not None:  # converged (eq. (1.9)): a normal end
+        if strategy.stop_reason is not None:  # converged (eq. (1.17)): a normal end
             stop_reason = strategy.stop_reason
     except FederationError as exc:
         stop_reason = f"stopped: {exc}"

@@ -49,7 +49,7 @@ class EstimatorConfig(_Frozen):
 
 
 class RhoRuleConfig(_Frozen):
-    """How the server sets the ADMM penalty rho^l of each round (docs/algorithms.md, eq. (1.8)).
+    """How the server sets the ADMM penalty rho^l of each round (docs/algorithms.md, eq. (1.16)).
 
     ``residual_balancing`` (Boyd et al. 2011, Sec. 3.4.1; He, Yang & Wang 2000): after round l,
     rho^{l+1} = factor rho^l if ||r^l|| > mu ||s^l||, rho^l / factor if ||s^l|| > mu ||r^l||, else rho^l.
@@ -64,7 +64,7 @@ class RhoRuleConfig(_Frozen):
 
 
 class StoppingConfig(_Frozen):
-    """When a run stops before ``algorithm.rounds`` (the cap): docs/algorithms.md, eq. (1.9)
+    """When a run stops before ``algorithm.rounds`` (the cap): docs/algorithms.md, eq. (1.17)
     (Boyd et al. 2011, Sec. 3.3.1).  ``residuals``: after round l if ||r^l|| <= eps_pri and
     ||s^l|| <= eps_dual with eps_pri = sqrt(M K) tol_abs + tol_rel max(||(wt_i)_i||, sqrt(M) ||w||)
     and eps_dual = sqrt(M K) tol_abs + tol_rel ||(g_i)_i||."""

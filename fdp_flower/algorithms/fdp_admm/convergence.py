@@ -1,4 +1,4 @@
-"""Residuals, residual balancing of rho and the stopping rule of F-ADMM (docs/algorithms.md, eqs. (1.7)-(1.9)).
+"""Residuals, residual balancing of rho and the stopping rule of F-ADMM (docs/algorithms.md, eqs. (1.15)-(1.17)).
 
 Pure numpy, broadcasting over a leading configuration axis (the batched engine); the
 in-process engine and the Flower strategy call :func:`after_round` on their scalar states,
@@ -7,13 +7,13 @@ released primals wt_i^l, the global iterates w^l, w^{l-1} and the duals g_i^l.
 
 Consensus form of Boyd et al. (2011), Sec. 3.3 and 7.1, with M clients and w in R^K:
 
-- primal residual ||r^l|| = (sum_i ||wt_i^l - w^l||^2)^(1/2)                          (1.7a)
-- dual residual   ||s^l|| = rho^l sqrt(M) ||w^l - w^{l-1}||                           (1.7b)
+- primal residual ||r^l|| = (sum_i ||wt_i^l - w^l||^2)^(1/2)                          (1.15)
+- dual residual   ||s^l|| = rho^l sqrt(M) ||w^l - w^{l-1}||                           (1.15)
 - residual balancing (Sec. 3.4.1): rho^{l+1} = factor rho^l if ||r|| > mu ||s||,
-  rho^l / factor if ||s|| > mu ||r||, else rho^l                                      (1.8)
+  rho^l / factor if ||s|| > mu ||r||, else rho^l                                      (1.16)
 - stop after round l when ||r^l|| <= eps_pri and ||s^l|| <= eps_dual (Sec. 3.3.1), with
   eps_pri = sqrt(M K) tol_abs + tol_rel max(||(wt_i^l)_i||, sqrt(M) ||w^l||),
-  eps_dual = sqrt(M K) tol_abs + tol_rel ||(g_i^l)_i||                                (1.9)
+  eps_dual = sqrt(M K) tol_abs + tol_rel ||(g_i^l)_i||                                (1.17)
 
 The duals g_i are unscaled (the server step divides by rho^l), so a change of rho needs
 no rescaling of g (Boyd's scaled u = g / rho would).
@@ -26,13 +26,13 @@ import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 
-#: the reason a run gives when the stopping rule (1.9) ends it before the cap
+#: the reason a run gives when the stopping rule (1.17) ends it before the cap
 CONVERGED = "converged"
 
 
 @dataclass(frozen=True)
 class Residuals:
-    """Eqs. (1.7) and the tolerances of (1.9); each entry broadcasts over leading axes."""
+    """Eqs. (1.15) and the tolerances of (1.17); each entry broadcasts over leading axes."""
 
     primal: np.ndarray
     dual: np.ndarray
@@ -41,13 +41,13 @@ class Residuals:
 
     @property
     def below_tolerance(self) -> np.ndarray:
-        """Both residuals at or below their tolerances (the stopping test of eq. (1.9))."""
+        """Both residuals at or below their tolerances (the stopping test of eq. (1.17))."""
         return (self.primal <= self.primal_tol) & (self.dual <= self.dual_tol)
 
 
 def residuals(*, noisy_primals, global_w, previous_global_w, duals, rho, tol_abs: float = 0.0,
               tol_rel: float = 0.0) -> Residuals:
-    """Residuals (1.7) and tolerances (1.9) of one round: ``noisy_primals`` and ``duals`` (..., M, K),
+    """Residuals (1.15) and tolerances (1.17) of one round: ``noisy_primals`` and ``duals`` (..., M, K),
     ``global_w`` and ``previous_global_w`` (..., K), ``rho`` the round's penalty (scalar or (...))."""
     noisy_primals, duals = np.asarray(noisy_primals, float), np.asarray(duals, float)
     global_w, previous_global_w = np.asarray(global_w, float), np.asarray(previous_global_w, float)
@@ -63,7 +63,7 @@ def residuals(*, noisy_primals, global_w, previous_global_w, duals, rho, tol_abs
 
 
 def balanced_rho(rho, primal, dual, *, mu: float, factor: float) -> np.ndarray:
-    """Residual balancing, eq. (1.8): rho up by ``factor`` when the primal residual exceeds ``mu`` times
+    """Residual balancing, eq. (1.16): rho up by ``factor`` when the primal residual exceeds ``mu`` times
     the dual one, down when the dual exceeds ``mu`` times the primal, else unchanged."""
     rho, primal, dual = (np.asarray(x, float) for x in (rho, primal, dual))
     return np.where(primal > mu * dual, rho * factor, np.where(dual > mu * primal, rho / factor, rho))
@@ -76,7 +76,7 @@ class RoundControl:
     residuals: Residuals
     rho: np.ndarray  # rho^l, the penalty used in round l
     next_rho: np.ndarray  # rho^{l+1}
-    stop: np.ndarray  # bool: the stopping rule (1.9) holds (never set with stopping kind 'cap')
+    stop: np.ndarray  # bool: the stopping rule (1.17) holds (never set with stopping kind 'cap')
 
     def row(self, index=()) -> dict[str, float]:
         """The history columns of this round (one configuration: ``index`` into the leading axes)."""
@@ -115,5 +115,5 @@ def server_after_round(algorithm, previous: FDPADMMState, state: FDPADMMState, r
 
 
 def stop_reason(round_: int) -> str:
-    """The run's ``stop_reason`` when eq. (1.9) ends it after ``round_``."""
+    """The run's ``stop_reason`` when eq. (1.17) ends it after ``round_``."""
     return f"{CONVERGED}: primal and dual residuals below tolerance after round {round_}"

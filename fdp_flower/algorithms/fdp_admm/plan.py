@@ -260,7 +260,7 @@ def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
 
 
 def round_rho(scenario: Scenario, state: FDPADMMState) -> float:
-    """rho^{l+1}, the penalty of the round after ``state`` (eq. (1.8)): the state's, else ``algorithm.rho``
+    """rho^{l+1}, the penalty of the round after ``state`` (eq. (1.16)): the state's, else ``algorithm.rho``
     (a checkpoint written before the rule existed)."""
     return scenario.algorithm.rho if state.rho is None else float(state.rho)
 

@@ -37,11 +37,12 @@ class Objective:
 
 
 def client_primal_step(*, objective: Objective, noisy_primal, global_w, dual, features, response,
-                       eta, rho: float, mask=None) -> np.ndarray:
+                       eta, rho, mask=None) -> np.ndarray:
     """Linearized local update, docs/algorithms.md, eq. (1.2) (Zhou & Xiang 2022, eq. in Sec. 5.1):
 
     w_i^l = (g_i^{l-1} + rho w^{l-1} + wt_i^{l-1} / eta - f_i'(wt_i^{l-1})) / (rho + 1/eta).
-    ``eta`` broadcasts over the client axis (shape (..., 1) or scalar).
+    ``eta`` broadcasts over the client axis (shape (..., 1) or scalar); so does ``rho``, the round's
+    penalty rho^l (a scalar, or (..., 1, 1) for one rho per configuration: eq. (1.16)).
     """
     s = objective.local_subgradient(noisy_primal, features, response, mask)
     eta = np.asarray(eta, dtype=float)
@@ -96,7 +97,7 @@ class FDPADMMState:
     sum_noisy_primals: np.ndarray  # (M, K) sum_{l<=round} wt_i^l
     tail_start: int = 1  # first round s summed into tail_sum_global_w
     tail_sum_global_w: np.ndarray | None = None  # sum_{s<=l<=round} w^l (None: zeros)
-    #: rho^{round+1}, the penalty of the next round (eq. (1.8)); None: the scenario's algorithm.rho
+    #: rho^{round+1}, the penalty of the next round (eq. (1.16)); None: the scenario's algorithm.rho
     rho: float | np.ndarray | None = None
 
     @classmethod
@@ -117,7 +118,7 @@ class FDPADMMState:
                             self.sum_noisy_primals + noisy_primals, self.tail_start, tail, self.rho)
 
     def with_rho(self, rho) -> FDPADMMState:
-        """This state with rho^{round+1} = ``rho`` (the server's rule, eq. (1.8))."""
+        """This state with rho^{round+1} = ``rho`` (the server's rule, eq. (1.16))."""
         return replace(self, rho=rho)
 
     def advance(self, noisy_primals: np.ndarray, rho: float) -> FDPADMMState:
