@@ -59,7 +59,7 @@ class ClientReply:
 
 def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: FunctionalBasis, *,
                            global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
-                           round_: int,
+                           round_: int, rho: float | None = None,
                            noise: Callable[[GaussianRelease], np.random.Generator] | None = None,
                            features: tuple[np.ndarray, int] | None = None) -> ClientReply:
     """Compute w_i^l from (w^{l-1}, g_i^{l-1}, wt_i^{l-1}) and release wt_i^l = w_i^l + N(0, sigma^2 I).
@@ -69,6 +69,8 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
     ledger); default ``release_rng(seed, partition, round, privacy.noise_source)``.  ``features``:
     (features, rows clipped) of :func:`~fdp_flower.algorithms.fdp_admm.plan.client_features` on
     ``data`` and ``basis``, if already computed (a node's cache); ``data`` then supplies the responses.
+    ``rho``: the round's penalty rho^l sent by the server (default ``algorithm.rho``); a private client
+    refuses any other, since its noise is calibrated for ``algorithm.rho`` (eq. (1.6)).
     """
     dim = model_dim(scenario, basis)
     for name, arr in (("global_w", global_w), ("dual", dual), ("noisy_primal", noisy_primal)):
@@ -79,10 +81,13 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
     features, clipped = client_features(scenario, basis, data) if features is None else features
     m = features.shape[0]
     plan = noise_plan(scenario, basis)
-    eta, sensitivity, sigma = plan.release(round_, m)
+    rho = scenario.algorithm.rho if rho is None else float(rho)
+    if not (np.isfinite(rho) and rho > 0):
+        raise ValueError(f"rho must be finite and > 0, got {rho}")
+    eta, sensitivity, sigma = plan.release(round_, m, rho)  # a private plan refuses rho != algorithm.rho
     primal = client_primal_step(objective=build_objective(scenario), noisy_primal=noisy_primal,
                                 global_w=global_w, dual=dual, features=features, response=data.response,
-                                eta=float(eta), rho=scenario.algorithm.rho)
+                                eta=float(eta), rho=rho)
     if sigma is None:
         released, sigma_value = primal, 0.0
     else:
@@ -196,7 +201,7 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     reply = fdp_admm_client_update(
         scenario, partition, _Responses(response), basis,
         global_w=arrays["global_w"], dual=arrays["dual"], noisy_primal=arrays["noisy_primal"],
-        round_=int(config["round"]), noise=site.noise_for, features=(features, clipped))
+        round_=int(config["round"]), rho=float(config["rho"]) if "rho" in config else None, noise=site.noise_for, features=(features, clipped))
     metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,
                "sensitivity": reply.sensitivity, "sigma": reply.sigma}
     if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.convergence import after_round
+from fdp_flower.algorithms.fdp_admm.convergence import stop_reason as converged_reason
 from fdp_flower.algorithms.fdp_admm.plan import (
     build_objective,
     data_source,
@@ -72,6 +74,8 @@ class BatchedResult:
     trace: np.ndarray | None = None
     engine: str = "batched"
     estimate_w: np.ndarray | None = None  # the released model of algorithm.estimator
+    #: "completed" (ran to algorithm.rounds), or why the stopping rule ended it (its last history row's round)
+    stop_reason: str = "completed"
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,10 @@ def data_key(scenario: Scenario) -> str:
 
 def _group_key(scenario: Scenario) -> str:
     """Configurations with equal keys share the loss, penalty, rho and L (one batched update)."""
+    a = scenario.algorithm
     return repr(scenario.model_dump(mode="json", include={"model": {"loss", "penalty"}}) | {
-        "rho": scenario.algorithm.rho, "rounds": scenario.algorithm.rounds,
-        "estimator": scenario.algorithm.estimator.model_dump(mode="json")})
+        "rho": a.rho, "rounds": a.rounds, "estimator": a.estimator.model_dump(mode="json"),
+        "rho_rule": a.rho_rule.model_dump(mode="json"), "stopping": a.stopping.model_dump(mode="json")})
 
 
 def _plan_key(scenario: Scenario) -> str:
@@ -208,7 +213,7 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
                *, history: bool, full_metrics: bool, trace: bool) -> list[BatchedResult]:
     sc0 = configs[0]
     objective = build_objective(sc0)
-    rho, rounds = sc0.algorithm.rho, sc0.algorithm.rounds
+    rounds = sc0.algorithm.rounds
     y = data.response_for(sc0)
     num_clients, dim = data.features.shape[0], data.features.shape[2]
     n_cfg = len(configs)
@@ -219,8 +224,11 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     deltas = [c.privacy.delta for c in configs]
     private = np.array([c.privacy.enabled for c in configs])
     z = np.zeros((2, n_cfg, num_clients, dim))
+    rho = np.full(n_cfg, float(sc0.algorithm.rho))  # rho^l of every configuration (eq. (1.16))
     state = FDPADMMState(0, z[0, :, 0].copy(), z[0].copy(), z[0].copy(), z[0, :, 0].copy(), z[0].copy(),
-                         tail_start(sc0), z[0, :, 0].copy())  # the group shares its estimator
+                         tail_start(sc0), z[0, :, 0].copy(), rho)  # the group shares its estimator and rules
+    stopped = np.zeros(n_cfg, dtype=int)  # round after which the stopping rule (1.17) ended a configuration
+    held: dict[int, tuple] = {}  # a stopped configuration's (w^l, wbar^l, released estimate) at its stop
     rows: list[list[dict]] = [[] for _ in configs]
     traces = np.zeros((rounds, n_cfg, dim)) if trace else None
     lam_over_m = objective.lam / objective.num_clients
@@ -231,15 +239,21 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
              + lam_over_m * objective.penalty.subgradient(state.noisy_primals))
         primals = client_primal_step(objective=_Given(s), noisy_primal=state.noisy_primals,
                                      global_w=state.global_w[:, None, :], dual=state.duals, features=None,
-                                     response=None, eta=eta[l - 1][..., None], rho=rho)
+                                     response=None, eta=eta[l - 1][..., None], rho=rho[:, None, None])
         if noise is not None and private.any():
             noisy = primals + sigma[l - 1][..., None] * (noise if shaped is None else shaped)[l - 1][None]
         else:
             noisy = primals
+        previous_w = state.global_w
         state = state.advance(noisy, rho)
+        control = after_round(sc0.algorithm, previous_global_w=previous_w, global_w=state.global_w,
+                              noisy_primals=state.noisy_primals, duals=state.duals, rho=rho)  # eqs. (1.15)-(1.17)
+        running = stopped == 0
+        stops_now = running & control.stop
         if traces is not None:
             traces[l - 1] = state.global_w
-        if history or l == rounds:  # metrics: every round, or only the last
+        record = running & (history or l == rounds) | stops_now  # rows of the configurations still running
+        if record.any():  # metrics: every round, or only the last (a configuration's last: its stop)
             mise = _mise(sc0, data.basis, data.beta, state.global_w)
             mise_avg = _mise(sc0, data.basis, data.beta, state.average_global_w)
             mise_estimate = _mise(sc0, data.basis, data.beta, state.estimate(sc0.algorithm.estimator.kind))
@@ -251,8 +265,8 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
                 extra["objective"] = (_batched_loss_terms(objective.loss, data, y, np.ascontiguousarray(gw),
                                                           values=True).sum(-1)
                                       + objective.lam * objective.penalty.value(state.global_w))
-            for c in range(n_cfg):
-                row = {"round": l, "eta_mean": float(eta[l - 1, c].mean()), "mise": float(mise[c]),
+            for c in np.flatnonzero(record):
+                row = {"round": l, "eta_mean": float(eta[l - 1, c].mean()), **control.row(c), "mise": float(mise[c]),
                        "mise_avg": float(mise_avg[c]), "mise_estimate": float(mise_estimate[c])}
                 row.update({k: float(v[c]) for k, v in extra.items()})
                 if private[c]:  # eps_pld: the ledger's PLD figure, closed form of the composed Gaussians
@@ -260,12 +274,24 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
                     row["zcdp_rho"] = float(cum_zcdp[l - 1, c])
                     row["eps_zcdp"] = zcdp_to_dp(float(cum_zcdp[l - 1, c]), deltas[c])
                 rows[c].append(row)
+        estimate = state.estimate(sc0.algorithm.estimator.kind)
+        for c in np.flatnonzero(stops_now):
+            stopped[c] = l
+            held[c] = (state.global_w[c].copy(), state.average_global_w[c].copy(), estimate[c].copy())
+        if stopped.all():
+            break
+        rho = control.next_rho
+        state = state.with_rho(rho)
     out = []
+    estimate = state.estimate(sc0.algorithm.estimator.kind)
     for c, sc in enumerate(configs):
         hist = rows[c] if history else []
-        out.append(BatchedResult(sc, state.global_w[c].copy(), state.average_global_w[c].copy(), rows[c][-1],
-                                 hist, None if traces is None else traces[:, c].copy(),
-                                 estimate_w=state.estimate(sc0.algorithm.estimator.kind)[c].copy()))
+        last_w, avg_w, est_w = held.get(c, (state.global_w[c].copy(), state.average_global_w[c].copy(),
+                                            estimate[c].copy()))
+        out.append(BatchedResult(sc, last_w, avg_w, rows[c][-1], hist,
+                                 None if traces is None else traces[:(stopped[c] or rounds), c].copy(),
+                                 estimate_w=est_w,
+                                 stop_reason=converged_reason(int(stopped[c])) if stopped[c] else "completed"))
     return out
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from fdp_flower.algorithms.faults import FailureRecord, QuorumLost, advance_with_failures, check_quorum, draw_failures
 from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.convergence import server_after_round, stop_reason
 from fdp_flower.algorithms.fdp_admm.plan import (
     build_objective,
     initial_state,
@@ -23,6 +24,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     noise_scales,
     primal_release,
     privacy_columns,
+    round_rho,
 )
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
@@ -91,7 +93,6 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     dim = model_dim(scenario, basis)
     plan = noise_plan(scenario, basis)
     scales = noise_scales(scenario, basis)
-    rho = scenario.algorithm.rho
     f, y, mask = stack_clients(features, responses)
     state = initial_state(scenario, dim)
     result = RunResult(scenario, state, basis=basis, reference=evaluator.reference,
@@ -125,7 +126,8 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
         result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
     guard = None if total_budget is None else BudgetGuard(result.ledger, *total_budget)
     for round_ in range(state.round + 1, scenario.algorithm.rounds + 1):
-        eta, sensitivity, sigma = plan.release(round_, sizes)
+        rho = round_rho(scenario, state)  # rho^l (eq. (1.16); fixed unless algorithm.rho_rule says otherwise)
+        eta, sensitivity, sigma = plan.release(round_, sizes, rho)
         failed = draw_failures(fault_seed, round_, len(sizes), faults.failure_rate)
         try:
             check_quorum(~failed, faults.quorum, round_)
@@ -154,12 +156,14 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
                                                  release_rng(scenario.seed, i, round_, p.noise_source), scales)
                               if not failed[i] else primals[i] for i in range(len(sizes))])
             result.ledger.record_many(planned)
+        previous = state
         if failed.any():
             result.failures += [FailureRecord(round_, int(i), "injected", False) for i in np.flatnonzero(failed)]
             state = advance_with_failures(state, ~failed, noisy, rho)
         else:
             state = state.advance(noisy, rho)
-        row = {"round": round_, "eta_mean": float(np.mean(eta)), **evaluator(state)}
+        state, control = server_after_round(scenario.algorithm, previous, state, rho)  # eqs. (1.15)-(1.17)
+        row = {"round": round_, "eta_mean": float(np.mean(eta)), **control.row(), **evaluator(state)}
         if sigma is not None:
             row.update(privacy_columns(result.ledger, accounting_delta(scenario)))
         if faults.failure_rate > 0:
@@ -171,6 +175,9 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
         every = scenario.output.checkpoint_every
         if checkpoint_path is not None and every and round_ % every == 0:
             _checkpoint(checkpoint_path, result)
+        if control.stop:
+            result.stop_reason = stop_reason(round_)
+            break
         if stop_after is not None and round_ >= stop_after:
             result.stop_reason = f"interrupted after round {round_}"
             break

@@ -190,6 +190,13 @@ def _compact(final: dict, history: list[dict]) -> tuple[dict, dict[str, np.ndarr
     return dict(final), cols
 
 
+def _stack_held(columns: list[np.ndarray]) -> np.ndarray:
+    """(R, L) from the repetitions' columns; a run that the stopping rule ended early (privacy off,
+    ``algorithm.stopping``) holds its last values, since its model no longer changes."""
+    length = max(len(v) for v in columns)
+    return np.vstack([np.pad(v, (0, length - len(v)), mode="edge") if 0 < len(v) < length else v for v in columns])
+
+
 def _run_unit(unit: list[Scenario], engine: str, history: bool,
               plan_cache: dict | None = None) -> list[tuple[dict, dict]]:
     """Run the scenarios of one unit (whole data groups for batched, which then share one
@@ -339,10 +346,11 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
         column = {"final": "mise", "average": "mise_avg", "scenario": "mise_estimate"}[spec.sweep.estimator]
         est = final.get(column, math.nan)
         rows.append({"config": c, "repetition": r, "seed": sc.seed, **{k: labels[k] for k in labels},
-                     "estimate_mise": est, **{k: v for k, v in final.items() if k != "round"}})
+                     "estimate_mise": est, **{k: v for k, v in final.items() if k != "round"},
+                     "rounds_completed": int(final.get("round", sc.algorithm.rounds))})  # < rounds: it converged
         for k, v in cols.items():
             hist_parts.setdefault(c, {}).setdefault(k, []).append(v)
-    histories = {c: {k: np.vstack(v) for k, v in parts.items()} for c, parts in hist_parts.items()}
+    histories = {c: {k: _stack_held(v) for k, v in parts.items()} for c, parts in hist_parts.items()}
     return SweepResult(spec, rows, histories, time.perf_counter() - t0, n_workers)
 
 

@@ -37,6 +37,8 @@ from fdp_flower.algorithms.faults import (
     check_quorum,
 )
 from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.convergence import server_after_round
+from fdp_flower.algorithms.fdp_admm.convergence import stop_reason as converged_reason
 from fdp_flower.algorithms.fdp_admm.plan import (
     data_source,
     initial_state,
@@ -45,6 +47,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     noise_scales,
     primal_release,
     privacy_columns,
+    round_rho,
 )
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
@@ -61,6 +64,11 @@ from fdp_flower.strategies.common import (
     wait_for_nodes,
 )
 from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
+
+
+class RunConverged(Exception):
+    """Raised by :meth:`FDPADMMStrategy.configure_train` once the stopping rule (docs/algorithms.md,
+    eq. (1.17)) has ended the run; :meth:`FDPADMMStrategy.start` returns normally on it."""
 
 
 class FDPADMMStrategy(Strategy):
@@ -127,6 +135,8 @@ class FDPADMMStrategy(Strategy):
         self._basis_arrays = {f"{BASIS_PREFIX}{k}": v for k, v in basis.to_arrays().items()}
         self.basis_digest = basis_digest(basis.to_arrays())
         self._basis_nodes: set[int] = set()  # nodes that replied to a message with the basis in this run
+        #: set when the stopping rule (eq. (1.17)) ends the run: "converged: ... after round l"
+        self.stop_reason: str | None = None
 
     def resume_from(self, checkpoint) -> int:
         """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,
@@ -188,6 +198,8 @@ class FDPADMMStrategy(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         server_round += self.round_offset  # a resumed run continues the round numbering
+        if self.stop_reason is not None:
+            raise RunConverged(self.stop_reason)
         node_ids = sorted(grid.get_node_ids())
         if not node_ids:
             raise FederationError(f"round {server_round}: no nodes connected")
@@ -202,7 +214,8 @@ class FDPADMMStrategy(Strategy):
             append_requests(self.journal, [r for r in (self._planned_release(server_round, c) for c in targets)
                                            if r is not None])
         for node, client in assignment:
-            cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest}
+            cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest,
+                   "rho": round_rho(self.scenario, self.state)}  # rho^l (eq. (1.16))
             if client is not None and self._named:
                 cfg["partition-id"] = client
             # the basis goes with every message to a node until it has replied once: a node may
@@ -219,7 +232,7 @@ class FDPADMMStrategy(Strategy):
         m = int(metrics["num-examples"])
         if m < 1:
             raise FederationError(f"client {client}: num-examples {m} < 1")
-        eta, sensitivity, sigma = self.plan.release(server_round, m)
+        eta, sensitivity, sigma = self.plan.release(server_round, m, round_rho(self.scenario, self.state))
         if not np.isclose(float(metrics["sensitivity"]), float(sensitivity), rtol=1e-9, atol=0):
             raise FederationError(f"client {client}: reported sensitivity does not match the scenario")
         if sigma is None:
@@ -251,7 +264,7 @@ class FDPADMMStrategy(Strategy):
             log(WARNING, "round %d: client %d's m_i is unknown; its possible release cannot be charged",
                 server_round, client)
             return None
-        _eta, sensitivity, sigma = self.plan.release(server_round, m)
+        _eta, sensitivity, sigma = self.plan.release(server_round, m, round_rho(self.scenario, self.state))
         return None if sigma is None else primal_release(client, server_round, sensitivity, sigma)
 
     def _accept(self, server_round: int, reply: Message, client_hint: int | None, dim: int,
@@ -370,9 +383,13 @@ class FDPADMMStrategy(Strategy):
         except QuorumLost as exc:
             raise FederationError(str(exc)) from None
         noisy = np.stack([primals.get(i, np.full(dim, np.nan)) for i in range(self.num_clients)])
-        self.state = advance_with_failures(self.state, replied, noisy, self.scenario.algorithm.rho)
+        rho, previous = round_rho(self.scenario, self.state), self.state
+        self.state = advance_with_failures(previous, replied, noisy, rho)
+        self.state, control = server_after_round(self.scenario.algorithm, previous, self.state, rho)  # (1.15)-(1.17)
+        if control.stop:
+            self.stop_reason = converged_reason(server_round)
         eta = np.mean([self.plan.step_size(server_round, self.sample_sizes[i]) for i in primals])
-        row = {"round": server_round, "eta_mean": float(eta)}
+        row = {"round": server_round, "eta_mean": float(eta), **control.row()}
         if self.evaluate_state is not None:
             row.update(self.evaluate_state(self.state))
         if self.scenario.privacy.enabled:
@@ -392,7 +409,8 @@ class FDPADMMStrategy(Strategy):
             if self.round_offset or self.evaluate_state is None:
                 return round_metrics(self.history, server_round)
             return round_metrics([{"round": 0, **self.evaluate_state(self.state)}], 0)
-        if server_round % self.scenario.output.log_every and server_round != self.scenario.algorithm.rounds:
+        if server_round % self.scenario.output.log_every and server_round != self.scenario.algorithm.rounds \
+                and self.stop_reason is None:
             return None
         return round_metrics(self.history, server_round)
 
@@ -400,9 +418,14 @@ class FDPADMMStrategy(Strategy):
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None):
         """:meth:`Strategy.start` collecting each round's replies with the short poll of
-        :class:`~fdp_flower.strategies.common.PollingGrid` (a test double without push/pull is used as is)."""
-        return super().start(polling(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config,
-                             evaluate_fn)
+        :class:`~fdp_flower.strategies.common.PollingGrid` (a test double without push/pull is used as is);
+        returns None when the stopping rule (eq. (1.17)) ended the run before ``num_rounds``."""
+        try:
+            return super().start(polling(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config,
+                                 evaluate_fn)
+        except RunConverged as exc:  # the stopping rule ended the run after its last applied round
+            log(INFO, "fdp-flower: %s", exc)
+            return None
 
     def _client_of_node(self, node: int) -> int | None:
         clients = [c for c, n in self.node_of_client.items() if n == node]
@@ -498,6 +521,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             strategy.start(grid=grid, initial_arrays=pack_arrays(global_w=strategy.state.global_w),
                            num_rounds=rounds_left, timeout=scenario.faults.reply_timeout,
                            evaluate_fn=strategy.evaluate_fn)
+        if strategy.stop_reason is not None:  # converged (eq. (1.17)): a normal end
+            stop_reason = strategy.stop_reason
     except FederationError as exc:
         stop_reason = f"stopped: {exc}"
         log(ERROR, "run stopped early: %s", exc)
@@ -529,5 +554,5 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             site["client"], site["run_eps"], site["run_releases"], site["eps"], site["releases"], site["max_eps"],
             site["delta"], site["neighbouring"], "n/a" if site["server_eps"] is None else f"{site['server_eps']:.4f}")
     log(INFO, "fdp-flower: results in %s", out.resolve())
-    if stop_reason != "completed":
+    if stop_reason != "completed" and stop_reason != strategy.stop_reason:
         raise FederationError(stop_reason)

@@ -48,6 +48,41 @@ class EstimatorConfig(_Frozen):
     tail_fraction: float = Field(0.5, gt=0, le=1, description="tail_average: fraction of the rounds averaged")
 
 
+class RhoRuleConfig(_Frozen):
+    """How the server sets the ADMM penalty rho^l of each round (docs/algorithms.md, eq. (1.16)).
+
+    ``residual_balancing`` (Boyd et al. 2011, Sec. 3.4.1; He, Yang & Wang 2000): after round l,
+    rho^{l+1} = factor rho^l if ||r^l|| > mu ||s^l||, rho^l / factor if ||s^l|| > mu ||r^l||, else rho^l.
+    rho then depends on the residuals of the (noise-free) primals, so it is allowed with privacy off only.
+    """
+
+    kind: Literal["fixed", "residual_balancing"] = Field(
+        "fixed", description="fixed: rho^l = algorithm.rho every round; residual_balancing: start at algorithm.rho "
+                             "and rescale by the residuals (the default with privacy off)")
+    mu: float = Field(10.0, gt=1, description="residual_balancing: imbalance ratio that triggers a change")
+    factor: float = Field(2.0, gt=1, description="residual_balancing: rho is multiplied or divided by this")
+
+
+class StoppingConfig(_Frozen):
+    """When a run stops before ``algorithm.rounds`` (the cap): docs/algorithms.md, eq. (1.17)
+    (Boyd et al. 2011, Sec. 3.3.1).  ``residuals``: after round l if ||r^l|| <= eps_pri and
+    ||s^l|| <= eps_dual with eps_pri = sqrt(M K) tol_abs + tol_rel max(||(wt_i)_i||, sqrt(M) ||w||)
+    and eps_dual = sqrt(M K) tol_abs + tol_rel ||(g_i)_i||."""
+
+    kind: Literal["cap", "residuals"] = Field(
+        "cap", description="cap: always run algorithm.rounds rounds; residuals: stop once both residuals are below "
+                           "tolerance (algorithm.rounds is then a cap; the default with privacy off)")
+    tol_abs: float = Field(1e-6, ge=0, description="residuals: absolute tolerance per coordinate (eps_abs)")
+    tol_rel: float = Field(1e-3, ge=0, description="residuals: relative tolerance (eps_rel)")
+
+    @model_validator(mode="after")
+    def _some_tolerance(self):
+        if self.kind == "residuals" and self.tol_abs == 0 and self.tol_rel == 0:
+            raise ValueError("algorithm.stopping: tol_abs and tol_rel are both 0, the rule could never stop "
+                             "(use kind 'cap')")
+        return self
+
+
 class FDPADMMConfig(_Frozen):
     """FDP-ADMM (privacy on) / F-ADMM (privacy off), Zhou & Xiang (2022)."""
 
@@ -61,6 +96,10 @@ class FDPADMMConfig(_Frozen):
                                 "i.e. a step in the Mahalanobis units of the clip, unchanged when the curves are "
                                 "rescaled")
     estimator: EstimatorConfig = Field(EstimatorConfig(), description="the released model (post-processing)")
+    rho_rule: RhoRuleConfig = Field(
+        RhoRuleConfig(), description="rho^l of each round (privacy off: residual_balancing unless set)")
+    stopping: StoppingConfig = Field(
+        StoppingConfig(), description="stopping rule (privacy off: residuals unless set; rounds is the cap)")
 
 
 Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
@@ -75,6 +114,13 @@ TOTAL_BUDGET_DEFAULTS: dict[str, Any] = {
     "step": {"kind": "constant", "eta0": 48.0},
     "step_units": "whitened",
     "estimator": {"kind": "tail_average", "tail_fraction": 0.5},
+}
+#: Defaults of ``algorithm`` (FDP-ADMM) with privacy off (F-ADMM), for the fields a scenario leaves
+#: unset: rho by residual balancing from algorithm.rho, and a stop on the primal and dual residuals with
+#: ``rounds`` as the cap (Boyd et al. 2011's constants mu = 10, factor 2, eps_rel = 1e-3; not tuned).
+NON_PRIVATE_DEFAULTS: dict[str, Any] = {
+    "rho_rule": {"kind": "residual_balancing"},
+    "stopping": {"kind": "residuals"},
 }
 #: ... with the sphere clip (a basis without score variances, or ``model.clip_shape``/``clip_c1`` set
 #: by the scenario): a step in absolute units (issue 9, tuned on the paper's design).
@@ -115,6 +161,28 @@ class Scenario(_Frozen):
     privacy: PrivacyConfig = Field(PrivacyConfig(), description="differential privacy of the releases")
     faults: FaultsConfig = Field(FaultsConfig(), description="client failures and reply checks")
     output: OutputConfig = Field(OutputConfig(), description="results files")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _non_private_defaults(cls, data: Any) -> Any:
+        """Privacy off: fill an unset ``algorithm.rho_rule`` / ``algorithm.stopping``, or the ``kind`` of one
+        given without it, from :data:`NON_PRIVATE_DEFAULTS` (never overrides a given value)."""
+        if not isinstance(data, dict):
+            return data
+        privacy = data.get("privacy")
+        enabled = privacy.enabled if isinstance(privacy, PrivacyConfig) else (
+            privacy.get("enabled", True) if isinstance(privacy, dict) else True)
+        algorithm = data.get("algorithm", {})
+        if enabled is not False or not isinstance(algorithm, dict) or algorithm.get("kind", "fdp_admm") != "fdp_admm":
+            return data
+        filled = {}
+        for key, default in NON_PRIVATE_DEFAULTS.items():
+            given = algorithm.get(key)
+            if given is None:
+                filled[key] = default
+            elif isinstance(given, dict) and "kind" not in given:  # e.g. only stopping.tol_rel set
+                filled[key] = {**given, "kind": default["kind"]}
+        return {**data, "algorithm": {**algorithm, **filled}} if filled else data
 
     @model_validator(mode="before")
     @classmethod
@@ -166,6 +234,13 @@ class Scenario(_Frozen):
         elif getattr(self.algorithm, "step_units", "absolute") == "whitened":
             raise ValueError("algorithm.step_units 'whitened' is in the ellipsoid clip's units: set "
                              "model.clip_shape 'ellipsoid' (or step_units 'absolute')")
+        if self.privacy.enabled and getattr(self.algorithm, "kind", None) == "fdp_admm":
+            if self.algorithm.rho_rule.kind != "fixed":
+                raise ValueError("algorithm.rho_rule 'residual_balancing' needs privacy off: rho sets each release's "
+                                 "sensitivity and the rule reads noise-free residuals (use kind 'fixed')")
+            if self.algorithm.stopping.kind != "cap":
+                raise ValueError("algorithm.stopping 'residuals' needs privacy off: with privacy on the noise keeps the "
+                                 "residuals from vanishing and the budget is calibrated for all rounds (use kind 'cap')")
         if isinstance(self.data, PaperSimulation) and self.data.n_samples < self.federation.num_clients:
             raise ValueError(
                 f"federation.num_clients ({self.federation.num_clients}) exceeds data.n_samples "

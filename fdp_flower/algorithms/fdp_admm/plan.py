@@ -220,11 +220,15 @@ class NoisePlan:
                              f"(got {lam1}); build the plan with noise_plan(scenario, basis)")
         return 1.0 / (self.scenario.model.clip_c1 ** 2 * float(lam1))
 
-    def release(self, round_: int, m) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """(eta, sensitivity, sigma) of round ``round_`` for clients of sizes ``m``; sigma None if not private."""
+    def release(self, round_: int, m, rho: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(eta, sensitivity, sigma) of round ``round_`` for clients of sizes ``m``; sigma None if not private.
+        ``rho``: the round's penalty rho^l (default ``algorithm.rho``; a private run always uses that one)."""
         eta = self.step_size(round_, m)
-        sensitivity = primal_sensitivity(gradient_bound=self.gradient_bound, m=m,
-                                         rho=self.scenario.algorithm.rho, eta=eta)
+        rho = self.scenario.algorithm.rho if rho is None else float(rho)
+        if self.private and rho != self.scenario.algorithm.rho:
+            raise ValueError(f"rho = {rho:g} differs from algorithm.rho = {self.scenario.algorithm.rho:g}, "
+                             "for which this private run's noise is calibrated")
+        sensitivity = primal_sensitivity(gradient_bound=self.gradient_bound, m=m, rho=rho, eta=eta)
         z = self.noise_multipliers
         if z is not None and not 1 <= round_ <= len(z):
             raise ValueError(f"round {round_} is outside 1..{len(z)}: the noise was calibrated for {len(z)} rounds")
@@ -250,8 +254,15 @@ def tail_start(scenario: Scenario) -> int:
 
 def initial_state(scenario: Scenario, dim: int) -> FDPADMMState:
     """w^0 = 0, g^0 = 0, wt^0 = 0 in R^dim (``dim``: :func:`model_dim`), with the tail-average start
-    of ``algorithm.estimator``."""
-    return FDPADMMState.initial(scenario.federation.num_clients, dim, tail_start=tail_start(scenario))
+    of ``algorithm.estimator`` and rho^1 = ``algorithm.rho``."""
+    return FDPADMMState.initial(scenario.federation.num_clients, dim, tail_start=tail_start(scenario),
+                                rho=scenario.algorithm.rho)
+
+
+def round_rho(scenario: Scenario, state: FDPADMMState) -> float:
+    """rho^{l+1}, the penalty of the round after ``state`` (eq. (1.16)): the state's, else ``algorithm.rho``
+    (a checkpoint written before the rule existed)."""
+    return scenario.algorithm.rho if state.rho is None else float(state.rho)
 
 
 def privacy_columns(ledger, delta: float) -> dict[str, float]:

@@ -8,7 +8,7 @@ All functions are pure and broadcast over leading (client, repetition) axes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,11 +37,12 @@ class Objective:
 
 
 def client_primal_step(*, objective: Objective, noisy_primal, global_w, dual, features, response,
-                       eta, rho: float, mask=None) -> np.ndarray:
+                       eta, rho, mask=None) -> np.ndarray:
     """Linearized local update, docs/algorithms.md, eq. (1.2) (Zhou & Xiang 2022, eq. in Sec. 5.1):
 
     w_i^l = (g_i^{l-1} + rho w^{l-1} + wt_i^{l-1} / eta - f_i'(wt_i^{l-1})) / (rho + 1/eta).
-    ``eta`` broadcasts over the client axis (shape (..., 1) or scalar).
+    ``eta`` broadcasts over the client axis (shape (..., 1) or scalar); so does ``rho``, the round's
+    penalty rho^l (a scalar, or (..., 1, 1) for one rho per configuration: eq. (1.16)).
     """
     s = objective.local_subgradient(noisy_primal, features, response, mask)
     eta = np.asarray(eta, dtype=float)
@@ -58,11 +59,13 @@ def server_update(noisy_primals: np.ndarray, duals: np.ndarray, rho: float) -> t
     """Server step, docs/algorithms.md, eqs. (1.4)-(1.5) (Zhou & Xiang 2022, Sec. 5.1):
 
     w^l = (1/M) sum_i wt_i^l - (1/(M rho)) sum_i g_i^{l-1};  g_i^l = g_i^{l-1} - rho (wt_i^l - w^l).
-    ``noisy_primals`` and ``duals`` have shape (..., M, K); returns (w^l (..., K), g^l (..., M, K)).
+    ``noisy_primals`` and ``duals`` have shape (..., M, K); ``rho`` is a scalar or has the leading shape
+    (...) (one rho^l per configuration); returns (w^l (..., K), g^l (..., M, K)).
     """
     num_clients = noisy_primals.shape[-2]
+    rho = np.asarray(rho, dtype=float)[..., None]
     global_w = noisy_primals.mean(axis=-2) - duals.sum(axis=-2) / (num_clients * rho)
-    new_duals = duals - rho * (noisy_primals - global_w[..., None, :])
+    new_duals = duals - rho[..., None] * (noisy_primals - global_w[..., None, :])
     return global_w, new_duals
 
 
@@ -94,12 +97,16 @@ class FDPADMMState:
     sum_noisy_primals: np.ndarray  # (M, K) sum_{l<=round} wt_i^l
     tail_start: int = 1  # first round s summed into tail_sum_global_w
     tail_sum_global_w: np.ndarray | None = None  # sum_{s<=l<=round} w^l (None: zeros)
+    #: rho^{round+1}, the penalty of the next round (eq. (1.16)); None: the scenario's algorithm.rho
+    rho: float | np.ndarray | None = None
 
     @classmethod
-    def initial(cls, num_clients: int, dim: int, *, tail_start: int = 1) -> FDPADMMState:
-        """w^0 = 0, g_i^0 = 0, wt_i^0 = 0; ``tail_start`` is the first round of the tail average."""
+    def initial(cls, num_clients: int, dim: int, *, tail_start: int = 1, rho: float | None = None) -> FDPADMMState:
+        """w^0 = 0, g_i^0 = 0, wt_i^0 = 0; ``tail_start`` is the first round of the tail average, ``rho``
+        the penalty of round 1."""
         z = np.zeros((num_clients, dim))
-        return cls(0, np.zeros(dim), z.copy(), z.copy(), np.zeros(dim), z.copy(), int(tail_start), np.zeros(dim))
+        return cls(0, np.zeros(dim), z.copy(), z.copy(), np.zeros(dim), z.copy(), int(tail_start), np.zeros(dim),
+                   rho)
 
     def successor(self, global_w: np.ndarray, duals: np.ndarray, noisy_primals: np.ndarray) -> FDPADMMState:
         """The state of round + 1 holding these values, with every running sum updated."""
@@ -108,7 +115,11 @@ class FDPADMMState:
         if r >= self.tail_start:
             tail = tail + global_w
         return FDPADMMState(r, global_w, duals, noisy_primals, self.sum_global_w + global_w,
-                            self.sum_noisy_primals + noisy_primals, self.tail_start, tail)
+                            self.sum_noisy_primals + noisy_primals, self.tail_start, tail, self.rho)
+
+    def with_rho(self, rho) -> FDPADMMState:
+        """This state with rho^{round+1} = ``rho`` (the server's rule, eq. (1.16))."""
+        return replace(self, rho=rho)
 
     def advance(self, noisy_primals: np.ndarray, rho: float) -> FDPADMMState:
         """The state after the server step on this round's released primals."""
@@ -149,16 +160,19 @@ class FDPADMMState:
         return {"round": np.array(self.round), "global_w": self.global_w, "duals": self.duals,
                 "noisy_primals": self.noisy_primals, "sum_global_w": self.sum_global_w,
                 "sum_noisy_primals": self.sum_noisy_primals, "tail_start": np.array(self.tail_start),
-                "tail_sum_global_w": tail}
+                "tail_sum_global_w": tail, **({} if self.rho is None else {"rho": np.asarray(self.rho)})}
 
     @classmethod
     def from_arrays(cls, arrays) -> FDPADMMState:
         """Inverse of :meth:`to_arrays`; arrays written before the tail average existed load
-        with tail_start = 1 (tail sum = running sum)."""
+        with tail_start = 1 (tail sum = running sum), arrays without rho with rho None."""
         keys = ("global_w", "duals", "noisy_primals", "sum_global_w", "sum_noisy_primals")
         values = [np.asarray(arrays[k], dtype=float) for k in keys]
         if "tail_start" in arrays:
             tail_start, tail = int(arrays["tail_start"]), np.asarray(arrays["tail_sum_global_w"], dtype=float)
         else:
             tail_start, tail = 1, values[3].copy()
-        return cls(int(arrays["round"]), *values, tail_start, tail)
+        rho = np.asarray(arrays["rho"], dtype=float) if "rho" in arrays else None
+        if rho is not None and rho.ndim == 0:
+            rho = float(rho)
+        return cls(int(arrays["round"]), *values, tail_start, tail, rho)
