@@ -14,8 +14,8 @@ the first round's log line (both include Flower's own run start); peak memory = 
 samples every 0.2 s (from /proc) of the summed RSS of the federation's whole process tree (SuperLink,
 SuperNodes, flower-superexec, ServerApp and ClientApp processes, Ray's processes in simulation).  In a
 loopback deployment the same sampler records every ``flwr-clientapp`` process's lifetime (one message
-each).  Every Flower run, ours and the floor's, sets ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.05``
-(docs/deployment.md); the floor with Flower's default (1 s) is shown once.  The goals compare with the
+each).  Every Flower run uses Flower's default task poll of flower-superexec (1 s); the floor with
+``FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.2`` is shown once.  The goals compare with the
 floor app collecting replies by the same short poll as our strategies; the floor with Flower's own
 ``Grid.send_and_receive`` (3 s between pulls) is shown once per runtime.  Goals (issue 15): Flower
 simulation round <= 2 x in-process round + floor round; loopback round <= floor round + 1 s;
@@ -42,9 +42,9 @@ FLOOR_APP = ROOT / "benchmarks" / "floor_app"
 SCENARIO = ROOT / "scenarios" / "flwr_default.yaml"
 RESULTS = ROOT / "benchmarks" / "results"
 ENV_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-#: flower-superexec's pause between task polls (Flower's default 1 s): set for every SuperNode of every
-#: Flower run here, ours and the floor's (docs/deployment.md recommends it for SuperNodes)
-SUPEREXEC_POLL = "0.05"
+#: flower-superexec's pause between task polls tried against Flower's default (1 s) on the floor app
+#: (docs/deployment.md, "Round time and the SuperNode's task poll")
+SUPEREXEC_POLL = "0.2"
 
 
 # ---------------------------------------------------------------------------------------------- in process
@@ -81,7 +81,8 @@ def inprocess(n: int, clients: int, rounds: int) -> dict:
 # ---------------------------------------------------------------------------------------------- Flower
 class TreeSampler(threading.Thread):
     """Every ``interval`` s: the summed RSS of ``roots()`` and all their descendants (from /proc), and
-    the first and last time each ``flwr-clientapp`` process among them was seen."""
+    the first and last time each ``flwr-clientapp`` process among them was seen (with its parent, the
+    flower-superexec of one SuperNode)."""
 
     PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -89,7 +90,7 @@ class TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.roots, self.interval = roots, interval
         self.peak_bytes = 0
-        self.clientapps: dict[tuple[int, str], list[float]] = {}  # (pid, start tick) -> [first, last seen]
+        self.clientapps: dict[tuple[int, str], list] = {}  # (pid, start tick) -> [first, last seen, parent]
         self._names: dict[tuple[int, str], bool] = {}
         self._stop_event = threading.Event()
 
@@ -113,11 +114,12 @@ class TreeSampler(threading.Thread):
                 total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self.PAGE
                 key = (pid, start[pid])
                 if key not in self._names:
-                    self._names[key] = b"flwr-clientapp" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2]
+                    self._names[key] = any(arg.endswith(b"flwr-clientapp") for arg in argv)
             except (OSError, IndexError, ValueError):
                 continue
             if self._names[key]:
-                self.clientapps.setdefault(key, [now, now])[1] = now
+                self.clientapps.setdefault(key, [now, now, parent[pid]])[1] = now
         self.peak_bytes = max(self.peak_bytes, total)
 
     def run(self) -> None:
@@ -129,22 +131,24 @@ class TreeSampler(threading.Thread):
         self.join()
         out = {"peak_gb": self.peak_bytes / 1e9}
         if self.clientapps:  # a process alive for one sample only counts as interval/2
-            lives = [max(last - first, self.interval / 2) for first, last in self.clientapps.values()]
+            lives = [max(last - first, self.interval / 2) for first, last, _ in self.clientapps.values()]
             out.update(clientapps=len(lives), clientapp_s=sum(lives) / len(lives))
+            gaps = []  # on one SuperNode: from one process's last sample to the next one's first
+            for node in {parent for _, _, parent in self.clientapps.values()}:
+                spans = sorted((first, last) for first, last, parent in self.clientapps.values() if parent == node)
+                gaps += [b[0] - a[1] for a, b in zip(spans, spans[1:])]
+            if gaps:  # the median is a gap inside a round (a round's last message is followed by the next round)
+                out["gap_s"] = sorted(gaps)[len(gaps) // 2]
         return out
 
 
 def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, poll: str = "short",
-           superexec_poll: str | None = SUPEREXEC_POLL) -> dict:
+           superexec_poll: str | None = None) -> dict:
     """One Flower run: ``kind`` simulation | loopback, ``app`` fdp | floor (``poll``: short | flower);
-    ``superexec_poll``: FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the SuperNodes (None: Flower's default)."""
+    ``superexec_poll``: FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the SuperNodes (None: Flower's default, 1 s)."""
     from fdp_flower.engines.flower import LoopbackFederation, SimulationFederation
 
-    os.environ.update(ENV_ONE_THREAD)
-    if superexec_poll is None:
-        os.environ.pop("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", None)
-    else:
-        os.environ["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = superexec_poll
+    os.environ.update(ENV_ONE_THREAD, FLWR_SUPEREXEC_TASK_POLL_INTERVAL=superexec_poll or "1.0")
     app_dir = ROOT if app == "fdp" else FLOOR_APP
     work = Path(tempfile.mkdtemp(prefix=f"scaling-{kind}-{app}-"))
     if app == "fdp":
@@ -189,7 +193,7 @@ LABELS = {("inprocess", "fdp", ""): "in process",
           ("loopback", "fdp", ""): "loopback deployment",
           ("loopback", "floor", ""): f"{FLOOR}, loopback",
           ("loopback", "floor", "send_and_receive"): "plain Flower (floor, send_and_receive), loopback",
-          ("loopback", "floor", "superexec-1s"): f"{FLOOR}, loopback, Flower's default superexec poll (1 s)"}
+          ("loopback", "floor", "superexec-0.2"): f"{FLOOR}, loopback, superexec task poll {SUPEREXEC_POLL} s"}
 
 
 def find(rows: list[dict], kind: str, app: str, n: int, m: int, nodes=None, variant: str = "") -> dict:
@@ -260,19 +264,21 @@ def notes_of(rows: list[dict]) -> list[str]:
                          f"{floor['clientapps']}); with 4 messages on the busiest node that is "
                          f"{4 * (ours['clientapp_s'] - floor['clientapp_s']):+.2f} s a round, against a measured "
                          f"round difference of {ours['round_s'] - floor['round_s']:+.2f} s.")
-    slow = find(rows, "loopback", "floor", 100_000, 10, 3, "superexec-1s")
-    fast = find(rows, "loopback", "floor", 100_000, 10, 3)
+    slow = find(rows, "loopback", "floor", 100_000, 10, 3)
+    fast = find(rows, "loopback", "floor", 100_000, 10, 3, "superexec-0.2")
     if "round_s" in slow and "round_s" in fast:
-        notes.append(f"`FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.05` (set for every Flower run here, both apps): the floor's "
-                     f"loopback round (n = 1e+05, M = 10) is {fast['round_s']:.2f} s with it and {slow['round_s']:.2f} s "
-                     f"with Flower's default 1 s poll, in this run.")
+        notes.append(f"`FLWR_SUPEREXEC_TASK_POLL_INTERVAL={SUPEREXEC_POLL}` (flower-superexec's task poll; Flower's "
+                     f"default 1 s is used everywhere else): the floor's loopback round (n = 1e+05, M = 10) took "
+                     f"{fast['round_s']:.2f} s with it and {slow['round_s']:.2f} s with the default in this run; the gap between two "
+                     f"messages on a SuperNode was {fast.get('gap_s', float('nan')):.2f} s vs "
+                     f"{slow.get('gap_s', float('nan')):.2f} s.")
     for n in (100_000, 1_000_000):
         ours, floor = find(rows, "loopback", "fdp", n, 100, 3), find(rows, "loopback", "floor", n, 100, 3)
         if "round_s" in ours and "round_s" in floor:
             notes.append(f"Loopback with M = 1000 (334 messages a round on a node, each a new process) is not run: "
                          f"from the M = 100 rows (34 messages on the busiest node) at n = {n:.0e} a round would take "
-                         f"about {ours['round_s'] * 334 / 34 / 60:.0f} min (fdp-flower) and "
-                         f"{floor['round_s'] * 334 / 34 / 60:.0f} min (floor) on this machine.")
+                         f"about {ours['round_s'] * 334 / 34 / 60:.1f} min (fdp-flower) and "
+                         f"{floor['round_s'] * 334 / 34 / 60:.1f} min (floor) on this machine.")
     return notes
 
 
@@ -282,22 +288,24 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
              f"`python benchmarks/scaling.py{' --quick' if quick else ''}`, one run on {meta['host']} "
              f"({meta['cpus']} CPUs, load average at start {meta['load']:.1f}, at the end {meta['load_end']:.1f}; "
              f"shared with other jobs, so absolute times are noisy and the ratios within this run are what "
-             f"counts); BLAS one thread; {meta['elapsed'] / 60:.1f} min in all. Every Flower run (both apps) sets "
-             f"`FLWR_SUPEREXEC_TASK_POLL_INTERVAL={SUPEREXEC_POLL}` for its SuperNodes unless the row says otherwise.",
+             f"counts); BLAS one thread; {meta['elapsed'] / 60:.1f} min in all. Flower runs use Flower's default "
+             f"SuperNode settings unless the row says otherwise.",
              "",
              "Scenario: `scenarios/flwr_default.yaml` (paper design, K = 10, 100 grid points, l1 quantile "
              "regression, per-round eps = 0.5) with n and M as below. Peak RSS: in process the process's maximum; "
              "Flower runs the maximum of the summed RSS of the federation's whole process tree (SuperLink, "
              "SuperNodes, superexec, ServerApp/ClientApp processes, Ray), sampled every 0.2 s. `ClientApp (s)`: "
-             "mean lifetime of a deployment's `flwr-clientapp` processes (one per message).",
-             "", "| engine | n | M | SuperNodes | rounds | setup (s) | round (s) | peak RSS (GB) | ClientApp (s) | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "mean lifetime of a deployment's `flwr-clientapp` processes (one per message); `gap (s)`: median "
+             "time from one such process's end to the next one's start on the same SuperNode (both as seen by "
+             "the 0.2 s sampler).",
+             "", "| engine | n | M | SuperNodes | rounds | setup (s) | round (s) | peak RSS (GB) | ClientApp (s) | "
+             "gap (s) | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         res = r["result"]
         lines.append(f"| {LABELS[r['kind'], r['app'], r['variant']]} | {r['n']:.0e} | {r['M']} | "
                      f"{r.get('nodes') or '-'} | {r['rounds']} | {fmt(res.get('setup_s'), 2)} | "
                      f"{fmt(res.get('round_s'))} | {fmt(res.get('peak_gb'), 2)} | {fmt(res.get('clientapp_s'), 2)} | "
-                     f"{res.get('error', '')} |")
+                     f"{fmt(res.get('gap_s'), 2)} | {res.get('error', '')} |")
     lines += ["", "## Goals", ""] + [f"- {g}" for g in goals_of(rows)]
     lines += ["", "## Notes", ""] + [f"- {note}" for note in notes_of(rows)] + [""]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,36 +313,36 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
 
 
 def plan_cases(quick: bool) -> list[tuple]:
-    """(kind, app, variant, n, M, nodes, rounds) in the order they run: ours next to its floor, the
-    most telling cases first (a time budget may cut the tail)."""
+    """(kind, app, variant, n, M, nodes, rounds) in the order they run, ours next to its floor (the same
+    load).  Flower rounds: 3 with M = 10, 2 with M = 100 and 1 with M = 1000 in simulation; 1 in a
+    loopback deployment with M = 100, where a SuperNode runs its 34 messages one after another
+    (minutes a round).  Loopback with M = 1000 is not run (estimated in the notes)."""
     if quick:
         return [("inprocess", "fdp", "", 10_000, 10, None, 10),
                 ("loopback", "fdp", "", 10_000, 10, 3, 3), ("loopback", "floor", "", 10_000, 10, 3, 3),
                 ("simulation", "fdp", "", 10_000, 10, 2, 3), ("simulation", "floor", "", 10_000, 10, 2, 3)]
-    sizes = (100_000, 1_000_000)
+    sizes, sim_rounds = (100_000, 1_000_000), {10: 3, 100: 2, 1000: 1}
     cases = [("inprocess", "fdp", "", n, m, None, 30) for n in sizes for m in (10, 100, 1000)]
     cases += [("loopback", "fdp", "", 100_000, 10, 3, 3), ("loopback", "floor", "", 100_000, 10, 3, 3),
-              ("loopback", "floor", "superexec-1s", 100_000, 10, 3, 3),
-              ("loopback", "floor", "send_and_receive", 100_000, 10, 3, 3),
+              ("loopback", "floor", "superexec-0.2", 100_000, 10, 3, 3),
               ("loopback", "fdp", "", 1_000_000, 10, 3, 3), ("loopback", "floor", "", 1_000_000, 10, 3, 3)]
     for m in (10, 100):
         for n in sizes:
             for nodes in (2, 10):
-                cases += [("simulation", "fdp", "", n, m, nodes, 3), ("simulation", "floor", "", n, m, nodes, 3)]
-                if (n, m) == (100_000, 10):
-                    cases.append(("simulation", "floor", "send_and_receive", n, m, nodes, 3))
-    for n in sizes:  # a node runs 34 messages a round one after another: fewer rounds
-        cases += [("loopback", "fdp", "", n, 100, 3, 2), ("loopback", "floor", "", n, 100, 3, 2)]
+                cases += [("simulation", "fdp", "", n, m, nodes, sim_rounds[m]),
+                          ("simulation", "floor", "", n, m, nodes, sim_rounds[m])]
+    for n in sizes:
+        cases += [("loopback", "fdp", "", n, 100, 3, 1), ("loopback", "floor", "", n, 100, 3, 1)]
     for n in sizes:
         for nodes in (2, 10):
-            cases += [("simulation", "fdp", "", n, 1000, nodes, 2), ("simulation", "floor", "", n, 1000, nodes, 2)]
+            cases += [("simulation", "fdp", "", n, 1000, nodes, 1), ("simulation", "floor", "", n, 1000, nodes, 1)]
     return cases
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small smoke version")
-    parser.add_argument("--budget-min", type=float, default=60.0,
+    parser.add_argument("--budget-min", type=float, default=58.0,
                         help="start no new case after this many minutes (the rest is reported as skipped)")
     parser.add_argument("--rows", type=Path, help="re-write the report from a run's printed rows (JSON lines)")
     parser.add_argument("--child", nargs=3, type=int, help=argparse.SUPPRESS)
@@ -361,7 +369,7 @@ def main(argv=None) -> int:
             result = inprocess(n, m, rounds)
         else:
             result = flower(kind, app, n, m, rounds, nodes, poll="flower" if variant == "send_and_receive" else "short",
-                            superexec_poll=None if variant == "superexec-1s" else SUPEREXEC_POLL)
+                            superexec_poll=SUPEREXEC_POLL if variant == "superexec-0.2" else None)
         row = {"kind": kind, "app": app, "variant": variant, "n": n, "M": m, "nodes": nodes, "rounds": rounds,
                "load": os.getloadavg()[0], "result": result}
         rows.append(row)

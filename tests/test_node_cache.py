@@ -124,7 +124,12 @@ def test_an_unreadable_cache_file_is_recomputed_and_rewritten():
 
 
 def test_the_client_app_imports_no_plotting_fda_or_scipy():
+    # ... also not when it simulates its slice (the paper design's t(3) quantile shift)
     code = ("import sys, fdp_flower.client_app, fdp_flower.clients.fdp_admm\n"
+            "from fdp_flower.algorithms.fdp_admm import plan\n"
+            "from fdp_flower.algorithms.fdp_admm.config import parse_scenario\n"
+            "plan.load_partition(parse_scenario({'data': {'n_samples': 60, 'grid_points': 11}, "
+            "'federation': {'num_clients': 3}}), 1)\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('matplotlib', 'skfda', 'scipy', 'dp_accounting', 'pandas', 'sklearn'))\n"
             "assert not heavy, heavy\n"
