@@ -275,6 +275,30 @@ def notes_of(rows: list[dict]) -> list[str]:
                          f"{floor['clientapps']}); with 4 messages on the busiest node that is "
                          f"{4 * (ours['clientapp_s'] - floor['clientapp_s']):+.2f} s a round, against a measured "
                          f"round difference of {ours['round_s'] - floor['round_s']:+.2f} s.")
+    notes.append(
+        "What a message costs fdp-flower on top of the floor, measured apart from this run in one emulated "
+        "`flwr-clientapp` process on this machine at load ~1 (the node's cache warm, TMPDIR on a tmpfs): importing "
+        "Flower 0.41 s for both; extracting and checking the app bundle 0.014 s vs 0.001 s (0.2 s on the ext4 disk); "
+        "importing the ClientApp 0.031 s vs 0.001 s; handling the message 0.049 s vs 0.001 s (importing the FDP-ADMM "
+        "worker 23 ms, 11 ms of it compiling sources because this environment sets PYTHONDONTWRITEBYTECODE=1; the "
+        "scenario 6 ms; cache file, step and noise 18 ms): about 0.09 s a message. A node runs ceil(M / 3) "
+        "messages one after another, so that is about 0.35 s a round at M = 10 and 3 s at M = 100 on an idle "
+        "machine, several times more under load, plus round 1, in which each node generates and projects its "
+        "clients' slices (0.34 s a client at n = 1e6, M = 10). The loopback goal (+1 s a round) is therefore "
+        "within reach at M = 10 on an unloaded machine only, and out of reach at M = 100 on 3 SuperNodes "
+        "(34 messages a round on a node) unless a message cost under 0.03 s more than the floor's. Two costs "
+        "this issue removed: the node's features no longer travel in `context.state`, which Flower copies into "
+        "and out of every ClientApp process (3.5 MB a message at n = 1e5, M = 10 and 35 MB at n = 1e6, whose "
+        "serialization alone took 0.53 s a copy at load ~9), and a node simulating its slice no longer imports "
+        "scipy.stats (1.5-3.5 s per process under load) for the t(3) quantile.")
+    notes.append(
+        "The load fell from about 7 to 1.4 during this run (other jobs ended); rows ran in the order listed, each "
+        "fdp-flower row right before its floor. Between such a pair a loopback round still varies by seconds: in "
+        "the n = 1e5, M = 10 pair fdp-flower came out 2.2 s faster than the floor, which does no work at all.")
+    notes.append(
+        "Simulation with M = 1000 ran one round, and fdp-flower's round 1 also generates and projects every "
+        "client's slice on the simulated nodes (not timed apart here; probably why it is 3-6% over the bound "
+        "with 10 SuperNodes, not verified).")
     slow = find(rows, "loopback", "floor", 100_000, 10, 3)
     fast = find(rows, "loopback", "floor", 100_000, 10, 3, "superexec-0.2")
     if "round_s" in slow and "round_s" in fast:
@@ -282,7 +306,12 @@ def notes_of(rows: list[dict]) -> list[str]:
                      f"default 1 s is used everywhere else): the floor's loopback round (n = 1e+05, M = 10) took "
                      f"{fast['round_s']:.2f} s with it and {slow['round_s']:.2f} s with the default in this run; the gap between two "
                      f"messages on a SuperNode was {fast.get('gap_s', float('nan')):.2f} s vs "
-                     f"{slow.get('gap_s', float('nan')):.2f} s.")
+                     f"{slow.get('gap_s', float('nan')):.2f} s (negative: the next message's process starts "
+                     f"before the previous one has exited). It starts each process earlier, but on 2 busy "
+                     f"cores the overlapping processes only compete for the CPU (lifetime "
+                     f"{fast.get('clientapp_s', float('nan')):.2f} s vs {slow.get('clientapp_s', float('nan')):.2f} "
+                     f"s); in earlier pairs at load ~10 the floor's round was 20.4 and 20.0 s with it, 19.1 and "
+                     f"19.8 s without.")
     ours_disk, floor_disk = (find(rows, "loopback", app, 100_000, 10, 3, "disk-tmp") for app in ("fdp", "floor"))
     ours, floor = find(rows, "loopback", "fdp", 100_000, 10, 3), find(rows, "loopback", "floor", 100_000, 10, 3)
     if all("round_s" in r for r in (ours_disk, floor_disk, ours, floor)):
@@ -319,7 +348,8 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
              "SuperNodes, superexec, ServerApp/ClientApp processes, Ray), sampled every 0.2 s. `ClientApp (s)`: "
              "mean lifetime of a deployment's `flwr-clientapp` processes (one per message); `gap (s)`: median "
              "time from one such process's end to the next one's start on the same SuperNode (both as seen by "
-             "the 0.2 s sampler).",
+             "the 0.2 s sampler). The run's rows: `benchmarks/results/scaling_rows.jsonl` (this report is "
+             "re-written from them by `python benchmarks/scaling.py --rows benchmarks/results/scaling_rows.jsonl`).",
              "", "| engine | n | M | SuperNodes | rounds | setup (s) | round (s) | peak RSS (GB) | ClientApp (s) | "
              "gap (s) | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
