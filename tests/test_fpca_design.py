@@ -149,3 +149,18 @@ def test_bases_on_an_irregular_grid():
     np.testing.assert_allclose(np.diag(overlap), 1.0, atol=0.02)
     with pytest.raises(ValueError, match="non-equispaced"):
         fit_pooled_fpca(data.curves, grid, n_components=3, method="skfda")
+
+
+@pytest.mark.parametrize("law", ["t3", "normal", "cauchy"])
+def test_error_quantiles_match_scipy_without_importing_it(law):
+    """The simulated responses' quantile shift F^{-1}(tau) is computed without SciPy (a deployment's
+    ClientApp simulates its slice in a new process per message) and equals SciPy's ppf."""
+    from scipy import stats
+
+    ref = {"t3": stats.t(3), "normal": stats.norm(), "cauchy": stats.cauchy()}[law]
+    for tau in np.r_[1e-3, np.linspace(0.01, 0.99, 99), 1 - 1e-3]:
+        q = design.error_law_quantile(law, float(tau))
+        assert q == pytest.approx(ref.ppf(tau), rel=1e-12, abs=1e-14)
+    assert design.error_law_quantile(law, 0.5) == 0.0
+    with pytest.raises(ValueError, match="tau must be in"):
+        design.error_law_quantile(law, 1.0)

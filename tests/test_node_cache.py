@@ -1,7 +1,9 @@
-"""A node's cache: the basis travels once per node and run, features are computed once per run,
-the cache stays in the node's context (never in a reply), and a client imports only what it needs."""
+"""A node's cache: the basis travels once per node and run (kept in the node's context), features are
+computed once per run (kept in the node's owner-only cache file), neither is ever in a reply, and a
+client imports only what it needs."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -44,10 +46,16 @@ def test_the_basis_travels_once_per_node_and_the_features_are_computed_once(monk
     for reply in grid.replies:  # the cache never leaves the node
         assert set(reply.content.keys()) == {"arrays", "metrics"}
         assert set(reply.content["arrays"].keys()) == {"noisy_primal"}
-    state = grid.contexts[1].state
-    features = state["fdp-features-0"]["features"].numpy()
+    state = grid.contexts[1].state  # the node's state holds the basis only: Flower copies it per message
+    assert set(state.keys()) == {"fdp-basis", "fdp-basis-digest"}
     expected, _clipped = plan.client_features(sc, strategy.basis, real_load(sc, 0))
+    client._PROCESS_CACHE.clear()  # a new ClientApp process (a deployment's next message) reads the node's file
+    features, _, _ = client.node_features(grid.contexts[1], sc, 0, strategy.basis, strategy.basis_digest)
     np.testing.assert_array_equal(features, expected)
+    assert sorted(loads) == [0, 1, 2]  # read from the file, not generated again
+    cached = sorted((Path(os.environ["FLWR_HOME"]) / client.FEATURE_CACHE_SUBDIR).rglob("*"))
+    assert [p.suffix for p in cached if p.is_file()] == [".npz"] * M
+    assert all(p.stat().st_mode & 0o077 == 0 for p in cached if p.is_file() or p.name.startswith("run-"))
 
 
 def test_a_node_that_lost_its_cache_refuses_and_is_sent_the_basis_again():
@@ -99,8 +107,29 @@ def test_a_stale_cache_is_not_reused_for_another_basis():
     assert not np.allclose(fa, fb)
 
 
+def test_an_unreadable_cache_file_is_recomputed_and_rewritten():
+    sc = scenario()
+    basis = plan.build_basis(sc)
+    ctx = Context(run_id=5, node_id=2, node_config={"partition-id": 1, "num-partitions": M}, state=RecordDict(),
+                  run_config={})
+    client._PROCESS_CACHE.clear()
+    first, _, _ = client.node_features(ctx, sc, 1, basis, "sha256:a")
+    (cache_file,) = (Path(os.environ["FLWR_HOME"]) / client.FEATURE_CACHE_SUBDIR / "run-5").iterdir()
+    cache_file.write_bytes(b"not an npz file")
+    client._PROCESS_CACHE.clear()
+    again, _, _ = client.node_features(ctx, sc, 1, basis, "sha256:a")
+    np.testing.assert_array_equal(again, first)
+    with np.load(cache_file) as stored:  # rewritten
+        np.testing.assert_array_equal(stored["features"], first)
+
+
 def test_the_client_app_imports_no_plotting_fda_or_scipy():
+    # ... also not when it simulates its slice (the paper design's t(3) quantile shift)
     code = ("import sys, fdp_flower.client_app, fdp_flower.clients.fdp_admm\n"
+            "from fdp_flower.algorithms.fdp_admm import plan\n"
+            "from fdp_flower.algorithms.fdp_admm.config import parse_scenario\n"
+            "plan.load_partition(parse_scenario({'data': {'n_samples': 60, 'grid_points': 11}, "
+            "'federation': {'num_clients': 3}}), 1)\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('matplotlib', 'skfda', 'scipy', 'dp_accounting', 'pandas', 'sklearn'))\n"
             "assert not heavy, heavy\n"

@@ -1,19 +1,28 @@
 """FDP-ADMM client worker: one local step on the client's own data (docs/algorithms.md, eq. (1.2)).
 
 The step is a pure function of (scenario, partition, features, message contents); the
-algorithm's state (w, g_i, wt_i) lives on the server.  What a node keeps between rounds is a
-cache in its own ``context.state`` (node-local in Flower: the SuperNode stores it and hands it
-only to its own ClientApp, it is never part of a reply): the run's basis, received once per
-node, and each partition's clipped features and responses, computed once per run
-(:func:`node_features`).  Noise is calibrated and added here, on the client, from public
+algorithm's state (w, g_i, wt_i) lives on the server.  What a node keeps between rounds stays on
+the node and is never part of a reply: the run's basis, received once per node, in its own
+``context.state`` (the SuperNode stores it and hands it only to its own ClientApp), and each
+partition's clipped features and responses, computed once per run, in a file of the node's
+feature cache (:func:`node_features`, :func:`feature_cache_file`; not in ``context.state``, which
+Flower copies to and from every ClientApp process, one per message in a deployment).  Noise is
+calibrated and added here, on the client, from public
 quantities (its sample count m_i, the round, the scenario); on node-local data the site's
 policy, noise and ledger apply (:mod:`fdp_flower.clients.site`).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -41,7 +50,10 @@ with warnings.catch_warnings():
     from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 _BASIS_STATE = "fdp-basis"
-_FEATURES_STATE = "fdp-features-{partition}"
+#: The node's feature cache, under FLWR_HOME as the ClientApp process sees it (Flower's ``~/.flwr``)
+FEATURE_CACHE_SUBDIR = "fdp-flower-cache"
+#: Another run's cache directory not written to for this long is removed when a run starts its own
+_FEATURE_CACHE_MAX_AGE_S = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -122,8 +134,8 @@ def node_basis(context: Context, arrays: dict[str, np.ndarray], digest: str | No
 
 
 #: This process's features, keyed by (run, node, partition, basis, scenario, data file): a ClientApp
-#: process that serves many messages (Flower's simulation runtime) reuses them even when parallel
-#: messages of one node overwrite each other's ``context.state``; bounded by _PROCESS_CACHE_BYTES.
+#: process that serves many messages (Flower's simulation runtime) reuses them without reading the
+#: node's feature cache again; bounded by _PROCESS_CACHE_BYTES.
 _PROCESS_CACHE: dict[tuple, tuple[np.ndarray, int, np.ndarray]] = {}
 _PROCESS_CACHE_BYTES = 2 * 1024**3
 
@@ -137,12 +149,59 @@ def _remember(key: tuple, value: tuple[np.ndarray, int, np.ndarray]) -> None:
         _PROCESS_CACHE[key] = value
 
 
+def feature_cache_file(context: Context, partition: int, key: dict[str, str]) -> Path:
+    """``$FLWR_HOME/fdp-flower-cache/run-<run id>/node-<node id>-partition-<i>-<key hash>.npz``: the
+    file of ``partition``'s features on this node for ``key`` (basis digest, scenario digest, data
+    file), FLWR_HOME as this process sees it (:func:`fdp_flower.privacy.site_policy.flower_home`)."""
+    from fdp_flower.privacy.site_policy import flower_home
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return (flower_home() / FEATURE_CACHE_SUBDIR / f"run-{int(context.run_id)}" /
+            f"node-{int(context.node_id)}-partition-{int(partition)}-{digest}.npz")
+
+
+def _read_cached(path: Path, key: dict[str, str]) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """The cached (features, rows clipped, responses), or None when absent, unreadable or for another key."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            if json.loads(str(stored["key"])) != key:
+                return None
+            return stored["features"], int(stored["clipped"]), stored["response"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _write_cached(path: Path, key: dict[str, str], value: tuple[np.ndarray, int, np.ndarray]) -> None:
+    """Write the cache file atomically (owner-only directory and file); a run's first write removes
+    the directories of other runs left untouched for a day.  A failure only costs a recomputation."""
+    run_dir = path.parent
+    try:
+        if not run_dir.exists():
+            run_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+            now = time.time()
+            for other in run_dir.parent.glob("run-*"):
+                if other != run_dir and now - other.stat().st_mtime > _FEATURE_CACHE_MAX_AGE_S:
+                    shutil.rmtree(other, ignore_errors=True)
+        fd, tmp = tempfile.mkstemp(dir=run_dir, suffix=".tmp")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as out:
+                np.savez(out, features=value[0], clipped=np.int64(value[1]), response=value[2],
+                         key=np.str_(json.dumps(key, sort_keys=True)))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
+
+
 def node_features(context: Context, scenario: Scenario, partition: int, basis: FunctionalBasis,
                   digest: str) -> tuple[np.ndarray, int, np.ndarray]:
     """(features, rows clipped, responses) of ``partition`` on ``basis``: computed once per run and
-    basis, then read from this process's cache or the node's ``context.state`` (a new ClientApp
-    process per message, as in a deployment).  Both are keyed by the basis digest, the scenario and
-    the data file, and neither leaves the node (only the noisy primal is replied)."""
+    basis, then read from this process's memory or the node's feature cache file
+    (:func:`feature_cache_file`; a deployment starts a new ClientApp process per message).  Both
+    are keyed by the basis digest, the scenario and the data file; neither leaves the node (only
+    the noisy primal is replied) and the file is readable by the node's user only."""
     from fdp_flower.clients.site import scenario_digest
 
     path = context.node_config.get("data-path") or None
@@ -150,22 +209,16 @@ def node_features(context: Context, scenario: Scenario, partition: int, basis: F
     process_key = (context.run_id, context.node_id, partition, *key.values())
     if process_key in _PROCESS_CACHE:
         return _PROCESS_CACHE[process_key]
-    name = _FEATURES_STATE.format(partition=partition)
-    if name in context.state and name + "-key" in context.state:
-        stored = context.state[name + "-key"]
-        if all(stored.get(k) == v for k, v in key.items()):
-            arrays = unpack_arrays(context.state[name])
-            value = (arrays["features"], int(stored["clipped"]), arrays["response"])
-            _remember(process_key, value)
-            return value
-    try:
-        data = load_partition(scenario, partition, path)
-    except ValueError as exc:  # a deployment error names the partition
-        raise partition_data_error(partition, exc) from None
-    features, clipped = client_features(scenario, basis, data)
-    context.state[name] = pack_arrays(features=features, response=data.response)
-    context.state[name + "-key"] = ConfigRecord({**key, "clipped": int(clipped)})
-    value = (features, int(clipped), data.response)
+    cache_file = feature_cache_file(context, partition, key)
+    value = _read_cached(cache_file, key)
+    if value is None:
+        try:
+            data = load_partition(scenario, partition, path)
+        except ValueError as exc:  # a deployment error names the partition
+            raise partition_data_error(partition, exc) from None
+        features, clipped = client_features(scenario, basis, data)
+        value = (features, int(clipped), data.response)
+        _write_cached(cache_file, key, value)
     _remember(process_key, value)
     return value
 

@@ -16,6 +16,7 @@ variances on a Fourier basis, a two-bump beta, Cauchy errors of scale 0.3).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,11 +82,71 @@ def partition_bounds(n: int, num_partitions: int) -> np.ndarray:
     return np.r_[0, np.cumsum(sizes)]
 
 
+def _invert_cdf(cdf, pdf, tau: float) -> float:
+    """The x with cdf(x) = tau for a continuous, strictly increasing cdf: Newton's method kept
+    inside a bisection bracket, to machine precision (no SciPy: a client that simulates its slice
+    in a new process per message would pay SciPy's import every time)."""
+    if not 0 < tau < 1:
+        raise ValueError(f"tau must be in (0, 1), got {tau}")
+    lo, hi = -1.0, 1.0
+    while cdf(lo) > tau:
+        lo *= 2.0
+    while cdf(hi) < tau:
+        hi *= 2.0
+    x = 0.5 * (lo + hi)
+    for _ in range(200):
+        gap = cdf(x) - tau
+        if gap == 0.0:
+            return x
+        if gap > 0:
+            hi = x
+        else:
+            lo = x
+        density = pdf(x)
+        step = x - gap / density if density > 0 else 0.5 * (lo + hi)
+        nxt = step if lo < step < hi else 0.5 * (lo + hi)
+        if abs(nxt - x) <= 1e-15 * max(1.0, abs(x)):
+            return nxt
+        x = nxt
+    return x
+
+
+def _t3_cdf(x: float) -> float:
+    """Student t with 3 degrees of freedom: 1/2 + (atan(x / sqrt 3) + (x / sqrt 3) / (1 + x^2 / 3)) / pi."""
+    u = x / math.sqrt(3.0)
+    return 0.5 + (math.atan(u) + u / (1.0 + u * u)) / math.pi
+
+
+def _t3_pdf(x: float) -> float:
+    return 2.0 / (math.pi * math.sqrt(3.0)) / (1.0 + x * x / 3.0) ** 2
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _normal_pdf(x: float) -> float:
+    return math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def error_law_quantile(law: str, tau: float) -> float:
+    """F^{-1}(tau) of a standard error law: ``t3`` (Student t, 3 d.f.), ``normal`` or ``cauchy``."""
+    if law == "t3":
+        return _invert_cdf(_t3_cdf, _t3_pdf, tau)
+    if law == "normal":
+        return _invert_cdf(_normal_cdf, _normal_pdf, tau)
+    if law == "cauchy":
+        if not 0 < tau < 1:
+            raise ValueError(f"tau must be in (0, 1), got {tau}")
+        if tau == 0.5:
+            return 0.0
+        return -1.0 / math.tan(math.pi * tau) if tau < 0.5 else 1.0 / math.tan(math.pi * (1.0 - tau))
+    raise ValueError(f"unknown error law {law!r}; choose one of t3, normal, cauchy")
+
+
 def quantile_shift(tau: float) -> float:
     """F^{-1}(tau) of the t(3) errors: y = int beta X + e - F^{-1}(tau) has tau-quantile int beta X."""
-    from scipy import stats  # lazily: keeps scipy out of a client that reads its own files
-
-    return float(stats.t.ppf(tau, 3))
+    return error_law_quantile("t3", tau)
 
 
 def brownian_functions(grid: np.ndarray, n_terms: int = N_TERMS) -> np.ndarray:
@@ -118,10 +179,7 @@ class SimulatedDesign:
     error_scale: float
 
     def error_quantile(self, tau: float) -> float:
-        from scipy import stats  # lazily: keeps scipy out of a client that reads its own files
-
-        law = {"t3": stats.t(3), "normal": stats.norm(), "cauchy": stats.cauchy()}[self.error_law]
-        return float(self.error_scale * law.ppf(tau))
+        return float(self.error_scale * error_law_quantile(self.error_law, tau))
 
     def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores (size, N_TERMS), errors (size,)) of one block."""
