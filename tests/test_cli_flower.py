@@ -2,6 +2,7 @@
 with `flwr run`, checks the run status and stops everything; its iterates equal the in-process engine's."""
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -66,3 +67,44 @@ def test_cli_engine_flower_resumes_a_checkpoint_and_ends_where_an_uninterrupted_
     ledger_rows = (result_dir / "ledger.csv").read_text().splitlines()[1:]
     assert len(ledger_rows) == len(local.ledger.releases) == 4 * scenario.federation.num_clients
     assert not list(Path(tempfile.gettempdir()).glob("fdp-flower-resume-*.yaml"))
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_a_flower_resume_with_os_entropy_noise_charges_the_releases_the_crashed_run_made(tmp_path, capsys):
+    """OS-entropy noise: a run killed during round 3 after its releases (last checkpoint: round 2) and
+    resumed on Flower draws new noise for round 3, so each client's ledger holds both round-3 releases
+    (the interrupted run's, from its fsynced journal, and the re-release): rounds 1, 2, 3, 3, 4, and the
+    reported eps is the PLD eps of all five."""
+    from fdp_flower.outputs.checkpoint import read_checkpoint
+    from fdp_flower.privacy.ledger import pld_epsilon
+
+    path = ROOT / "scenarios" / "quickstart.yaml"
+    overrides = [*OVERRIDES[:2], "algorithm.rounds=4", "output.checkpoint_every=1",
+                 "privacy.noise_source=os_entropy"]
+    scenario = load_scenario(path, overrides)
+
+    def die_in_round_3(round_, row):
+        if round_ == 3:
+            raise _Crash
+
+    ckpt = tmp_path / "interrupted" / "checkpoint.npz"
+    with pytest.raises(_Crash):
+        run_fdp_admm(scenario, checkpoint_path=ckpt, progress=die_in_round_3)
+    assert read_checkpoint(ckpt.parent).round == 2
+    assert main(["run", "--resume", str(ckpt.parent), "--engine", "flower", "--out", str(tmp_path / "flower")]) == 0
+    assert "status: finished:completed" in capsys.readouterr().out
+    (result_dir,) = [p for p in (tmp_path / "flower").iterdir() if p.is_dir()]
+    ledger = read_checkpoint(result_dir).ledger
+    for client in range(scenario.federation.num_clients):
+        assert sorted(r.round for r in ledger.of_client(client)) == [1, 2, 3, 3, 4]
+    privacy = json.loads((result_dir / "summary.json").read_text())["privacy"]
+    worst = ledger.of_client(privacy["worst_client"])
+    assert privacy["releases"] == 5
+    assert privacy["eps"] == pytest.approx(pld_epsilon(worst, scenario.privacy.delta), rel=1e-12)
+    one_per_round = list({r.round: r for r in worst}.values())  # what an uninterrupted run would charge
+    assert len(one_per_round) == 4
+    assert privacy["eps"] > pld_epsilon(one_per_round, scenario.privacy.delta)
