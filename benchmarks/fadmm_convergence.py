@@ -37,7 +37,16 @@ import numpy as np
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from privacy_cost import CELLS, CLIENTS, PENALTIES, _setup, exact_on_features, objective_at, scenario  # noqa: E402
+from privacy_cost import (  # noqa: E402
+    CELLS,
+    CLIENTS,
+    PENALTIES,
+    _setup,
+    append_csv,
+    exact_on_features,
+    objective_at,
+    scenario,
+)
 
 from fdp_flower.algorithms.fdp_admm.plan import split_coefficients  # noqa: E402
 from fdp_flower.engines.batched import run_batched  # noqa: E402
@@ -99,15 +108,6 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def append_rows(path: Path, rows: list[dict]) -> None:
-    new = not path.is_file()
-    with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
-
-
 def table(rows: list[dict], seeds: list[int]) -> list[str]:
     lines = ["| design | tau | penalty | M | rule | worst gap at stop | worst gap at 30 | stop rounds | "
              "dist / exact MISE |", "|---|---|---|---|---|---|---|---|---|"]
@@ -152,7 +152,7 @@ def main() -> None:
                         if (design_name, tau, penalty, m, seed) in done:
                             continue
                         new = run_cell(design_name, tau, penalty, m, seed)
-                        append_rows(runs, new)
+                        append_csv(runs, new)
                         rows += new
                         print(f"[{time.perf_counter() - t0:6.0f}s] {design_name} tau={tau} {penalty} M={m} seed={seed}: "
                               + "; ".join(f"{r['rule']} stop {r['stop_round']} gap {100 * r['gap_stop']:.3f}%"
