@@ -39,11 +39,20 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 )
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.clients.common import node_partition, partition_data_error
-from fdp_flower.clients.site import SiteSession, names_own_data
+from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
-from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
+from fdp_flower.wire import (
+    BASIS_DIGEST_KEY,
+    BASIS_MISSING,
+    BASIS_PREFIX,
+    BATCH_CLIENTS_KEY,
+    basis_digest,
+    client_key,
+    pack_arrays,
+    unpack_arrays,
+)
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
@@ -233,10 +242,13 @@ class _Responses:
 def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) -> Message:
     """Unpack an FDP-ADMM train message, run the client worker, pack the reply (with the site's totals
     on node-local data).  A node that lost the run's basis answers with a :data:`BASIS_MISSING`
-    error before anything is computed or charged."""
+    error before anything is computed or charged.
+
+    A batched message (config :data:`~fdp_flower.wire.BATCH_CLIENTS_KEY`: a node hosting several
+    simulated clients) runs each named client's unchanged update in turn and replies once, with each
+    client's records under its own key (:func:`~fdp_flower.wire.client_key`); a client this node
+    refuses (bad data, the site's policy) gets an ``error.<i>`` record and the others still release."""
     config = msg.content["config"]
-    partition = node_partition(context, scenario, int(config["partition-id"]) if "partition-id" in config else None,
-                               simulated=not data_source(scenario).node_local)
     arrays = unpack_arrays(msg.content["arrays"])
     digest = str(config[BASIS_DIGEST_KEY]) if BASIS_DIGEST_KEY in config else None
     try:
@@ -250,15 +262,39 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     site.admit(scenario.privacy.enabled, "FDP-ADMM primal releases")
     if digest is None:
         digest = str(context.state[_BASIS_STATE + "-digest"]["digest"])
+    round_, rho = int(config["round"]), float(config["rho"]) if "rho" in config else None
+    if BATCH_CLIENTS_KEY not in config:
+        named = int(config["partition-id"]) if "partition-id" in config else None
+        records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
+                                  arrays["dual"], arrays["noisy_primal"], round_, rho)
+        return Message(content=RecordDict({**records, **site.records()}), reply_to=msg)
+    content: dict = {}
+    for named in (int(c) for c in config[BATCH_CLIENTS_KEY]):
+        try:
+            records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
+                                      arrays[client_key("dual", named)], arrays[client_key("noisy_primal", named)],
+                                      round_, rho)
+        except (*SITE_ERRORS, ValueError) as exc:  # this client is refused alone: nothing of it is released
+            from flwr.common.constant import ErrorCode
+
+            content[client_key("error", named)] = ConfigRecord({
+                "code": int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), "reason": " ".join(str(exc).split())})
+            continue
+        content.update({client_key(name, named): record for name, record in records.items()})
+    return Message(content=RecordDict({**content, **site.records()}), reply_to=msg)
+
+
+def _client_release(context: Context, scenario: Scenario, site: SiteSession, basis: FunctionalBasis, digest: str,
+                    named: int | None, global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
+                    round_: int, rho: float | None) -> dict:
+    """One client's release on this node: ``{"arrays": noisy primal, "metrics": public bookkeeping}``."""
+    partition = node_partition(context, scenario, named, simulated=not data_source(scenario).node_local)
     features, clipped, response = node_features(context, scenario, partition, basis, digest)
     reply = fdp_admm_client_update(
-        scenario, partition, _Responses(response), basis,
-        global_w=arrays["global_w"], dual=arrays["dual"], noisy_primal=arrays["noisy_primal"],
-        round_=int(config["round"]), rho=float(config["rho"]) if "rho" in config else None, noise=site.noise_for, features=(features, clipped))
+        scenario, partition, _Responses(response), basis, global_w=global_w, dual=dual, noisy_primal=noisy_primal,
+        round_=round_, rho=rho, noise=site.noise_for, features=(features, clipped))
     metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,
                "sensitivity": reply.sensitivity, "sigma": reply.sigma}
     if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:
         metrics["clipped-rows"] = reply.clipped_rows
-    content = RecordDict({"arrays": pack_arrays(noisy_primal=reply.noisy_primal), "metrics": MetricRecord(metrics),
-                          **site.records()})
-    return Message(content=content, reply_to=msg)
+    return {"arrays": pack_arrays(noisy_primal=reply.noisy_primal), "metrics": MetricRecord(metrics)}

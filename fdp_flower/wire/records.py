@@ -41,3 +41,15 @@ def basis_digest(arrays: dict[str, np.ndarray]) -> str:
         h.update(f"{name}:{value.shape}".encode())
         h.update(value.tobytes())
     return "sha256:" + h.hexdigest()
+
+
+#: Config key of a batched FDP-ADMM train message: the clients (partition ids) one node runs this
+#: round, when nodes host several simulated clients.  Such a message carries ``global_w`` once and
+#: each client's ``dual.<i>`` and ``noisy_primal.<i>``; the node replies once, with each client's
+#: ``arrays.<i>`` and ``metrics.<i>`` (the records of an unbatched reply) or ``error.<i>`` (code, reason).
+BATCH_CLIENTS_KEY = "partition-ids"
+
+
+def client_key(name: str, client: int) -> str:
+    """``<name>.<client>``: the name of one client's array or record in a batched message or reply."""
+    return f"{name}.{int(client)}"
