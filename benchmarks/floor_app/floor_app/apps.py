@@ -50,27 +50,42 @@ def main(grid: Grid, context: Context) -> None:
     nodes = sorted(grid.get_node_ids())
     sent_basis: set[int] = set()
     started = time.monotonic()
+    hosted: dict[int, list[int]] = {}  # fdp-flower's round-robin assignment of clients to nodes
+    for c in range(clients):
+        hosted.setdefault(nodes[c % len(nodes)], []).append(c)
     for r in range(1, rounds + 1):
         log(INFO, "[ROUND %d/%d]", r, rounds)
         messages = []
-        for c in range(clients):
-            node = nodes[c % len(nodes)]
+        for node, carried in hosted.items():  # one message per node, carrying every client it hosts
             extra = {} if node in sent_basis else basis
             sent_basis.add(node)
-            content = RecordDict({"arrays": _arrays(global_w=np.zeros(dim), dual=np.zeros(dim),
-                                                    noisy_primal=np.zeros(dim), **extra),
-                                  "config": ConfigRecord({"round": r, "partition-id": c})})
+            if len(carried) == 1:
+                arrays = _arrays(global_w=np.zeros(dim), dual=np.zeros(dim), noisy_primal=np.zeros(dim), **extra)
+                config = {"round": r, "partition-id": carried[0]}
+            else:
+                per_client = {f"{name}.{c}": np.zeros(dim) for c in carried for name in ("dual", "noisy_primal")}
+                arrays = _arrays(global_w=np.zeros(dim), **per_client, **extra)
+                config = {"round": r, "partition-ids": carried}
+            content = RecordDict({"arrays": arrays, "config": ConfigRecord(config)})
             messages.append(Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN))
         replies = list(grid.send_and_receive(messages, timeout=600) if poll == "flower" else
                        short_poll(grid, messages, timeout=600))
-        if len(replies) != clients:
-            raise RuntimeError(f"round {r}: {len(replies)} of {clients} replies")
+        if len(replies) != len(messages):
+            raise RuntimeError(f"round {r}: {len(replies)} of {len(messages)} replies")
     log(INFO, "floor: %d rounds finished in %.3fs", rounds, time.monotonic() - started)
 
 
 @client.train()
 def train(msg: Message, context: Context) -> Message:
+    """One K-vector and its bookkeeping back per client the message carries."""
     dim = msg.content["arrays"]["global_w"].numpy().size
-    content = RecordDict({"arrays": _arrays(noisy_primal=np.zeros(dim)),
-                          "metrics": MetricRecord({"partition-id": int(msg.content["config"]["partition-id"])})})
-    return Message(content=content, reply_to=msg)
+    config = msg.content["config"]
+    if "partition-ids" not in config:
+        content = RecordDict({"arrays": _arrays(noisy_primal=np.zeros(dim)),
+                              "metrics": MetricRecord({"partition-id": int(config["partition-id"])})})
+        return Message(content=content, reply_to=msg)
+    records = {}
+    for c in (int(c) for c in config["partition-ids"]):
+        records[f"arrays.{c}"] = _arrays(noisy_primal=np.zeros(dim))
+        records[f"metrics.{c}"] = MetricRecord({"partition-id": c})
+    return Message(content=RecordDict(records), reply_to=msg)
