@@ -3,8 +3,10 @@
 The strategy owns every piece of run state (global w, each client's dual and
 last released primal, the privacy ledger); a node keeps only a cache of its own features and
 of the basis (:mod:`fdp_flower.clients.fdp_admm`).  Each round it sends every client its own
-(w, g_i, wt_i, l) and the basis's digest (the basis itself only in a node's first message),
-and on the replies calls the pure server update
+(w, g_i, wt_i, l) and the basis's digest (the basis itself only in a node's first message), in one
+message per node: a node hosting several simulated clients gets them all in one message and replies
+once (:data:`fdp_flower.wire.BATCH_CLIENTS_KEY`), each client's release checked on its own; on the
+replies it calls the pure server update
 :meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.  Its metrics go through
 Flower's server-side evaluation (``evaluate_fn`` of :meth:`Strategy.start`,
 :meth:`FDPADMMStrategy.evaluate_fn`): each round is printed once, as a global evaluation.
@@ -114,7 +116,8 @@ class FDPADMMStrategy(Strategy):
     wrong sensitivity or sigma, wrong partition) makes that client "failed" for the
     round: it keeps its last released primal and its dual
     (:func:`fdp_flower.algorithms.faults.advance_with_failures`), the failure is logged and
-    recorded in ``failures``, and no exception leaves :meth:`aggregate_train` unless
+    recorded in ``failures`` (a node's error, lost or malformed reply fails every client its message
+    carried; an ``error.<i>`` record in a batched reply fails client i alone), and no exception leaves :meth:`aggregate_train` unless
     fewer than ``quorum`` clients replied (then :class:`FederationError`, which the
     runner turns into a clean stop with results saved).
     """
@@ -192,7 +195,8 @@ class FDPADMMStrategy(Strategy):
         With at least M nodes, each node is one client, identified by the partition id
         of its node config (learned from its first reply).  With fewer nodes (e.g. the
         2 virtual SuperNodes of a default local simulation) and a simulated data source,
-        logical clients are spread round-robin over the nodes and named in the message.
+        logical clients are spread round-robin over the nodes and named in the message
+        (:meth:`configure_train` sends a node all its clients in one message).
         """
         if self._one_client_per_node is None:
             self._one_client_per_node = len(node_ids) >= self.num_clients
@@ -238,7 +242,7 @@ class FDPADMMStrategy(Strategy):
             by_node.setdefault(node, []).append(client)
         rho = round_rho(self.scenario, self.state)  # rho^l (eq. (1.16))
         for node, clients in by_node.items():
-            groups = [clients] if len(clients) > 1 else [[c] for c in clients]
+            groups = [[c] for c in clients] if self._one_client_per_node else [clients]
             for group in groups:
                 batched = len(group) > 1
                 cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest, "rho": rho}
