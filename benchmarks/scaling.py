@@ -306,10 +306,9 @@ def notes_of(rows: list[dict]) -> list[str]:
     notes.append(
         "Rows ran in the order listed, each fdp-flower row right before its floor (the same load); between such "
         "a pair a loopback round still varies by seconds on a shared machine.")
-    notes.append(
-        "Simulation with M = 1000 ran one round, and fdp-flower's round 1 also generates and projects every "
-        "client's slice on the simulated nodes (not timed apart here; probably why it is 3-6% over the bound "
-        "with 10 SuperNodes, not verified).")
+    if "round_s" in find(rows, "simulation", "fdp", 100_000, 1000, 10):
+        notes.append("Simulation with M = 1000 ran one round, and fdp-flower's round 1 also generates and projects "
+                     "every client's slice on the simulated nodes (not timed apart here).")
     slow = find(rows, "loopback", "floor", 100_000, 10, 3)
     fast = find(rows, "loopback", "floor", 100_000, 10, 3, "superexec-0.2")
     if "round_s" in slow and "round_s" in fast:
@@ -352,8 +351,9 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
              "SuperNodes, superexec, ServerApp/ClientApp processes, Ray), sampled every 0.2 s. `ClientApp (s)`: "
              "mean lifetime of a deployment's `flwr-clientapp` processes (one per message); `gap (s)`: median "
              "time from one such process's end to the next one's start on the same SuperNode (both as seen by "
-             "the 0.2 s sampler). The run's rows: `benchmarks/results/scaling_rows.jsonl` (this report is "
-             "re-written from them by `python benchmarks/scaling.py --rows benchmarks/results/scaling_rows.jsonl`).",
+             f"the 0.2 s sampler). The run's rows: `benchmarks/results/{path.stem}_rows.jsonl` (this report is "
+             f"re-written from them by `python benchmarks/scaling.py{flag} --rows "
+             f"benchmarks/results/{path.stem}_rows.jsonl`).",
              "`round 2+ (s)`: mean of rounds 2 to L, from the arrival times of the streamed log lines (after "
              "round 1, in which fdp-flower's nodes also generate and project their clients' slices).",
              "", "| engine | n | M | SuperNodes | rounds | setup (s) | round (s) | round 2+ (s) | peak RSS (GB) | "
