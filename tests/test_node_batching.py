@@ -9,12 +9,12 @@ import numpy as np
 
 from fdp_flower.clients import fdp_admm as client_worker
 from fdp_flower.engines.inprocess import run_fdp_admm
-from fdp_flower.wire import BATCH_CLIENTS_KEY, BASIS_PREFIX, client_key
+from fdp_flower.wire import BASIS_PREFIX, BATCH_CLIENTS_KEY, pack_arrays
 from tests.test_faults import FakeGrid, error_reply, scenario, task_identity  # noqa: F401  (fixture)
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Message, RecordDict
+    from flwr.app import Message, MetricRecord, RecordDict
 
 NODES = [1, 2]  # 2 SuperNodes for the scenario's 6 clients: clients 0, 2, 4 on node 1 and 1, 3, 5 on node 2
 
@@ -47,9 +47,13 @@ def test_two_nodes_six_clients_two_messages_a_round_equal_to_the_inprocess_engin
         carried = list(msg.content["config"][BATCH_CLIENTS_KEY])
         assert carried == [c for c in range(6) if c % 2 == node - 1]
         names = set(msg.content["arrays"].keys())
-        assert {"global_w"} | {client_key(k, c) for c in carried for k in ("dual", "noisy_primal")} \
-            == {n for n in names if not n.startswith(BASIS_PREFIX)}
+        assert {n for n in names if not n.startswith(BASIS_PREFIX)} == {"global_w", "duals", "noisy_primals"}
+        assert msg.content["arrays"]["duals"].numpy().shape == (3, 4)
         assert any(n.startswith(BASIS_PREFIX) for n in names) == (int(msg.content["config"]["round"]) == 1)
+    for reply in grid.replies:  # one release row and one metric entry per client, nothing else
+        assert set(reply.content.keys()) == {"arrays", "metrics"}
+        assert reply.content["arrays"]["noisy_primals"].numpy().shape == (3, 4)
+        assert all(len(v) == 3 for v in reply.content["metrics"].values())
     local = run_fdp_admm(sc, with_reference=False)
     for name in ("global_w", "duals", "noisy_primals"):
         np.testing.assert_allclose(getattr(strategy.state, name), getattr(local.state, name), rtol=0, atol=1e-10)
@@ -87,9 +91,10 @@ def test_a_refused_client_fails_alone_and_a_failed_node_fails_all_it_carried(mon
 
     grid = Grid(sc, behaviour, nodes=list(NODES))
     strategy, _ = _run(sc, grid=grid)
-    refused = [r for r in grid.replies if client_key("error", 2) in r.content]
-    assert len(refused) == 1 and "unreadable" in refused[0].content[client_key("error", 2)]["reason"]
-    assert client_key("arrays", 0) in refused[0].content and client_key("arrays", 4) in refused[0].content
+    refused = [r for r in grid.replies if not r.has_error() and "errors" in r.content]
+    assert len(refused) == 1 and list(refused[0].content["errors"]["partition-id"]) == [2]
+    assert "unreadable" in refused[0].content["errors"]["reason"][0]
+    assert list(refused[0].content["metrics"]["partition-id"]) == [0, 4]  # the others released
     fails = [(f.round, f.client, f.charged) for f in strategy.failures]
     assert fails == [(3, 2, False), (4, 1, False), (4, 3, False), (4, 5, False),
                      (5, 0, True), (5, 2, True), (5, 4, True)]  # refused or raised: not released; lost: charged
@@ -104,12 +109,28 @@ def test_a_batched_reply_naming_another_client_is_rejected_for_every_client_it_c
     def behaviour(rnd, _client, msg, reply):
         if rnd != 2 or msg.metadata.dst_node_id != 1:
             return reply
-        content = {k: reply.content[k] for k in reply.content.keys()}
-        content[client_key("arrays", 1)] = content.pop(client_key("arrays", 0))  # client 1 lives on node 2
-        content[client_key("metrics", 1)] = content.pop(client_key("metrics", 0))
-        return Message(RecordDict(content), reply_to=msg)
+        metrics = {k: list(v) for k, v in reply.content["metrics"].items()}
+        metrics["partition-id"][0] = 1  # client 1 lives on node 2
+        return Message(RecordDict({"arrays": reply.content["arrays"], "metrics": MetricRecord(metrics)}),
+                       reply_to=msg)
 
     strategy, _ = _run(sc, behaviour)
     fails = [(f.round, f.client, f.charged) for f in strategy.failures]
     assert fails == [(2, 0, True), (2, 2, True), (2, 4, True)]  # they may have been released: charged
+    assert len(strategy.ledger.releases) == sc.algorithm.rounds * 6
+
+
+def test_a_batched_reply_leaving_a_client_out_fails_that_client_alone_and_charges_it():
+    sc = scenario(privacy={"enabled": True, "eps": 2.0, "delta": 1e-5}, faults={"quorum": 0.3})
+
+    def behaviour(rnd, _client, msg, reply):
+        if rnd != 3 or msg.metadata.dst_node_id != 2:
+            return reply
+        metrics = {k: list(v)[1:] for k, v in reply.content["metrics"].items()}  # client 1's row dropped
+        arrays = pack_arrays(noisy_primals=reply.content["arrays"]["noisy_primals"].numpy()[1:])
+        return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)}), reply_to=msg)
+
+    strategy, _ = _run(sc, behaviour)
+    assert [(f.round, f.client, f.charged) for f in strategy.failures] == [(3, 1, True)]
+    assert "no release for client 1" in strategy.failures[0].reason
     assert len(strategy.ledger.releases) == sc.algorithm.rounds * 6

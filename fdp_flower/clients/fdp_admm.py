@@ -49,7 +49,6 @@ from fdp_flower.wire import (
     BASIS_PREFIX,
     BATCH_CLIENTS_KEY,
     basis_digest,
-    client_key,
     pack_arrays,
     unpack_arrays,
 )
@@ -245,9 +244,11 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     error before anything is computed or charged.
 
     A batched message (config :data:`~fdp_flower.wire.BATCH_CLIENTS_KEY`: a node hosting several
-    simulated clients) runs each named client's unchanged update in turn and replies once, with each
-    client's records under its own key (:func:`~fdp_flower.wire.client_key`); a client this node
-    refuses (bad data, the site's policy) gets an ``error.<i>`` record and the others still release."""
+    simulated clients; row j of its ``duals`` and ``noisy_primals`` is client ``partition-ids[j]``)
+    runs each client's unchanged update in turn and replies once: the released rows of
+    ``noisy_primals`` with one list per metric (``partition-id`` naming each row), and the clients it
+    refused (bad data, the site's policy) in an ``errors`` record (``partition-id``, ``code``,
+    ``reason`` lists); the others still release."""
     config = msg.content["config"]
     arrays = unpack_arrays(msg.content["arrays"])
     digest = str(config[BASIS_DIGEST_KEY]) if BASIS_DIGEST_KEY in config else None
@@ -268,19 +269,31 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
         records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
                                   arrays["dual"], arrays["noisy_primal"], round_, rho)
         return Message(content=RecordDict({**records, **site.records()}), reply_to=msg)
-    content: dict = {}
-    for named in (int(c) for c in config[BATCH_CLIENTS_KEY]):
+    from flwr.common.constant import ErrorCode
+
+    clients = [int(c) for c in config[BATCH_CLIENTS_KEY]]
+    duals, noisy_primals = np.atleast_2d(arrays["duals"]), np.atleast_2d(arrays["noisy_primals"])
+    if duals.shape[0] != len(clients) or noisy_primals.shape[0] != len(clients):
+        raise ValueError(f"a batched message for {len(clients)} clients carries {duals.shape[0]} duals and "
+                         f"{noisy_primals.shape[0]} primals")
+    released, metrics, errors = [], {}, {"partition-id": [], "code": [], "reason": []}
+    for row, named in enumerate(clients):
         try:
             records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
-                                      arrays[client_key("dual", named)], arrays[client_key("noisy_primal", named)],
-                                      round_, rho)
+                                      duals[row], noisy_primals[row], round_, rho)
         except (*SITE_ERRORS, ValueError) as exc:  # this client is refused alone: nothing of it is released
-            from flwr.common.constant import ErrorCode
-
-            content[client_key("error", named)] = ConfigRecord({
-                "code": int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), "reason": " ".join(str(exc).split())})
+            errors["partition-id"].append(named)
+            errors["code"].append(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION))
+            errors["reason"].append(" ".join(str(exc).split()))
             continue
-        content.update({client_key(name, named): record for name, record in records.items()})
+        released.append(records["arrays"]["noisy_primal"].numpy())
+        for key, value in records["metrics"].items():
+            metrics.setdefault(key, []).append(value)
+    dim = np.shape(arrays["global_w"])[0]
+    content = {"arrays": pack_arrays(noisy_primals=np.reshape(released, (len(released), dim))),
+               "metrics": MetricRecord(metrics)}
+    if errors["partition-id"]:
+        content["errors"] = ConfigRecord(errors)
     return Message(content=RecordDict({**content, **site.records()}), reply_to=msg)
 
 

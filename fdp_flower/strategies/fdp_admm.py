@@ -71,7 +71,6 @@ from fdp_flower.wire import (
     BASIS_PREFIX,
     BATCH_CLIENTS_KEY,
     basis_digest,
-    client_key,
     pack_arrays,
     unpack_arrays,
 )
@@ -117,7 +116,7 @@ class FDPADMMStrategy(Strategy):
     round: it keeps its last released primal and its dual
     (:func:`fdp_flower.algorithms.faults.advance_with_failures`), the failure is logged and
     recorded in ``failures`` (a node's error, lost or malformed reply fails every client its message
-    carried; an ``error.<i>`` record in a batched reply fails client i alone), and no exception leaves :meth:`aggregate_train` unless
+    carried; a client in a batched reply's ``errors`` record fails alone), and no exception leaves :meth:`aggregate_train` unless
     fewer than ``quorum`` clients replied (then :class:`FederationError`, which the
     runner turns into a clean stop with results saved).
     """
@@ -248,10 +247,9 @@ class FDPADMMStrategy(Strategy):
                 cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest, "rho": rho}
                 if batched:
                     cfg[BATCH_CLIENTS_KEY] = [int(c) for c in group]
-                    payload = {"global_w": self.state.global_w}
-                    for c in group:
-                        payload[client_key("dual", c)] = self.state.duals[c]
-                        payload[client_key("noisy_primal", c)] = self.state.noisy_primals[c]
+                    rows = np.asarray(group, dtype=int)  # row j of duals / noisy_primals: client group[j]
+                    payload = {"global_w": self.state.global_w, "duals": self.state.duals[rows],
+                               "noisy_primals": self.state.noisy_primals[rows]}
                 else:
                     if group[0] is not None and self._named:
                         cfg["partition-id"] = group[0]
@@ -305,52 +303,56 @@ class FDPADMMStrategy(Strategy):
         return None if sigma is None else primal_release(client, server_round, sensitivity, sigma)
 
     def _client_replies(self, reply: Message, entry: tuple[int, tuple[int | None, ...], bool]
-                        ) -> list[tuple[int | None, Mapping | FederationError]]:
-        """(client hint, its records ``{"arrays", "metrics"[, "site"]}`` or the error that fails it) for
-        each client ``reply`` answers for: an error reply or a malformed batched reply fails every client
-        the message carried; a batched reply's ``error.<i>`` fails client i alone."""
+                        ) -> list[tuple[int | None, tuple[Mapping, dict, dict | None] | FederationError]]:
+        """(client hint, its (metrics, arrays, site totals) or the error that fails it) for each client
+        ``reply`` answers for: an error reply or a malformed batched reply fails every client the message
+        carried; a client in a batched reply's ``errors`` record fails alone, and so does one the reply
+        leaves out (charged: it may have been released)."""
         node, clients, batched = entry
         if reply.has_error():
             if BASIS_MISSING in reply.error.reason:  # the node lost its cache: send it the basis again
                 self._basis_nodes.discard(node)
             err = _error_reply_failure(int(reply.error.code), reply.error.reason)
             return [(c, err) for c in clients]
-        if not batched:
-            return [(clients[0], reply.content)]
         try:
             content = reply.content
-            expected = {client_key(name, c) for c in clients for name in ("arrays", "metrics", "error")}
-            extra = sorted(set(content.keys()) - expected - {SITE_RECORD})
-            if extra:
-                raise FederationError(f"batched reply has records {extra[:3]} for clients it was not sent")
-            out: list[tuple[int | None, Mapping | FederationError]] = []
-            for c in clients:
-                if client_key("error", c) in content:
-                    record = content[client_key("error", c)]
-                    out.append((c, _error_reply_failure(int(record["code"]), str(record["reason"]))))
-                elif client_key("arrays", c) in content and client_key("metrics", c) in content:
-                    records = {"arrays": content[client_key("arrays", c)],
-                               "metrics": content[client_key("metrics", c)]}
-                    if SITE_RECORD in content:
-                        records[SITE_RECORD] = content[SITE_RECORD]
-                    out.append((c, records))
-                else:  # the node may have computed (and noised) it and dropped it: charged
-                    out.append((c, FederationError(f"the node's reply has no release for client {c}")))
+            site = {str(k): v for k, v in content[SITE_RECORD].items()} if SITE_RECORD in content else None
+            if not batched:
+                return [(clients[0], (content["metrics"], unpack_arrays(content["arrays"]), site))]
+            metrics, arrays = content["metrics"], unpack_arrays(content["arrays"])
+            ids = [int(c) for c in metrics["partition-id"]] if "partition-id" in metrics else []
+            refused = content["errors"] if "errors" in content else {"partition-id": [], "code": [], "reason": []}
+            refused_ids = [int(c) for c in refused["partition-id"]]
+            if set(arrays) != {"noisy_primals"} or np.ndim(arrays["noisy_primals"]) != 2 \
+                    or len(arrays["noisy_primals"]) != len(ids):
+                raise FederationError(f"batched reply: arrays {sorted(arrays)} do not hold one row per released client")
+            if any(len(v) != len(ids) for v in metrics.values()) or \
+                    not len(refused["code"]) == len(refused["reason"]) == len(refused_ids):
+                raise FederationError("batched reply: its metric or error lists differ in length")
+            if not set(ids + refused_ids) <= set(clients):
+                raise FederationError(f"batched reply names clients {sorted(set(ids + refused_ids) - set(clients))} "
+                                      "it was not sent")
+            out: list[tuple[int | None, tuple[Mapping, dict, dict | None] | FederationError]] = []
+            for row, c in enumerate(ids):  # a client named twice is caught by _accept as a duplicate
+                out.append((c, ({k: v[row] for k, v in metrics.items()},
+                                {"noisy_primal": arrays["noisy_primals"][row]}, site)))
+            for c, code, reason in zip(refused_ids, refused["code"], refused["reason"]):
+                out.append((c, _error_reply_failure(int(code), str(reason))))
+            out += [(c, FederationError(f"the node's reply has no release for client {c}"))
+                    for c in clients if c not in ids and c not in refused_ids]
             return out
         except FederationError as exc:
             return [(c, exc) for c in clients]
         except Exception as exc:  # malformed record: any shape of garbage
-            err = FederationError(f"malformed batched reply ({type(exc).__name__}: {exc})".splitlines()[0])
+            err = FederationError(f"malformed reply ({type(exc).__name__}: {exc})".splitlines()[0])
             return [(c, err) for c in clients]
 
-    def _accept(self, server_round: int, content: Mapping, src_node: int, client_hint: int | None, dim: int,
-                primals: dict[int, np.ndarray]) -> tuple[int, np.ndarray, GaussianRelease | None]:
-        """Check one client's records (``{"arrays", "metrics"}``) from node ``src_node``; a
-        :class:`FederationError` (one line) rejects them."""
+    def _accept(self, server_round: int, metrics: Mapping, arrays: dict, src_node: int, client_hint: int | None,
+                dim: int, primals: dict[int, np.ndarray]) -> tuple[int, np.ndarray, GaussianRelease | None]:
+        """Check one client's release (its metrics and arrays) from node ``src_node``; a
+        :class:`FederationError` (one line) rejects it."""
         try:
-            metrics = content["metrics"]
             client = int(metrics["partition-id"])
-            arrays = unpack_arrays(content["arrays"])
         except Exception as exc:  # malformed record: any shape of garbage
             raise FederationError(f"malformed reply ({type(exc).__name__}: {exc})".splitlines()[0]) from None
         if not 0 <= client < self.num_clients or client in primals:
@@ -397,11 +399,12 @@ class FDPADMMStrategy(Strategy):
                 same_node = [e for e in pending if e[0] == node]
                 entry = same_node[0] if len(same_node) == 1 else (node, (None,), False)
             pending.discard(entry)
-            for hint, content in self._client_replies(reply, entry):
+            for hint, released in self._client_replies(reply, entry):
                 try:
-                    if isinstance(content, FederationError):
-                        raise content
-                    client, primal, release = self._accept(server_round, content, node, hint, dim, primals)
+                    if isinstance(released, FederationError):
+                        raise released
+                    metrics, arrays, site = released
+                    client, primal, release = self._accept(server_round, metrics, arrays, node, hint, dim, primals)
                 except Exception as exc:  # never crash on a reply
                     kind = getattr(exc, "kind", MAY_HAVE_RELEASED)
                     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -414,11 +417,11 @@ class FDPADMMStrategy(Strategy):
                     continue
                 self.node_of_client[client] = node
                 self._basis_nodes.add(node)
-                self.sample_sizes[client] = int(content["metrics"]["num-examples"])
-                if SITE_RECORD in content:  # the site's own totals (node-local data)
-                    self.site_reports[client] = {str(k): v for k, v in content[SITE_RECORD].items()}
-                if "clipped-rows" in content["metrics"]:
-                    self.clipped_rows[client] = int(content["metrics"]["clipped-rows"])
+                self.sample_sizes[client] = int(metrics["num-examples"])
+                if site is not None:  # the site's own totals (node-local data)
+                    self.site_reports[client] = site
+                if "clipped-rows" in metrics:
+                    self.clipped_rows[client] = int(metrics["clipped-rows"])
                 if release is not None:
                     releases.append(release)
                 primals[client] = primal

@@ -9,10 +9,9 @@ from fdp_flower.wire.records import (
     BATCH_CLIENTS_KEY,
     SETUP_PHASE,
     basis_digest,
-    client_key,
     pack_arrays,
     unpack_arrays,
 )
 
 __all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "BATCH_CLIENTS_KEY", "SETUP_PHASE", "basis_digest",
-           "client_key", "pack_arrays", "unpack_arrays"]
+           "pack_arrays", "unpack_arrays"]

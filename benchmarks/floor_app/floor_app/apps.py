@@ -42,8 +42,10 @@ def main(grid: Grid, context: Context) -> None:
     clients, dim, points, rounds = (int(cfg["num-clients"]), int(cfg["dim"]), int(cfg["grid-points"]),
                                     int(cfg["rounds"]))
     poll = str(cfg["poll"])
-    basis = {"basis_grid": np.zeros(points), "basis_components": np.zeros((dim, points)),
-             "basis_mean": np.zeros(points), "basis_weights": np.zeros(points)}
+    # random values throughout: Flower stores equal arrays of a message once, fdp-flower's arrays all differ
+    rng = np.random.default_rng(0)
+    basis = {"basis_grid": rng.normal(size=points), "basis_components": rng.normal(size=(dim, points)),
+             "basis_mean": rng.normal(size=points), "basis_weights": rng.normal(size=points)}
     while len(list(grid.get_node_ids())) < 1:
         time.sleep(0.2)
     time.sleep(2.0)  # the same settle time as the fdp-flower strategies
@@ -60,11 +62,12 @@ def main(grid: Grid, context: Context) -> None:
             extra = {} if node in sent_basis else basis
             sent_basis.add(node)
             if len(carried) == 1:
-                arrays = _arrays(global_w=np.zeros(dim), dual=np.zeros(dim), noisy_primal=np.zeros(dim), **extra)
+                arrays = _arrays(global_w=rng.normal(size=dim), dual=rng.normal(size=dim),
+                                 noisy_primal=rng.normal(size=dim), **extra)
                 config = {"round": r, "partition-id": carried[0]}
             else:
-                per_client = {f"{name}.{c}": np.zeros(dim) for c in carried for name in ("dual", "noisy_primal")}
-                arrays = _arrays(global_w=np.zeros(dim), **per_client, **extra)
+                arrays = _arrays(global_w=rng.normal(size=dim), duals=rng.normal(size=(len(carried), dim)),
+                                 noisy_primals=rng.normal(size=(len(carried), dim)), **extra)
                 config = {"round": r, "partition-ids": carried}
             content = RecordDict({"arrays": arrays, "config": ConfigRecord(config)})
             messages.append(Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN))
@@ -81,11 +84,13 @@ def train(msg: Message, context: Context) -> Message:
     dim = msg.content["arrays"]["global_w"].numpy().size
     config = msg.content["config"]
     if "partition-ids" not in config:
-        content = RecordDict({"arrays": _arrays(noisy_primal=np.zeros(dim)),
+        content = RecordDict({"arrays": _arrays(noisy_primal=np.random.default_rng().normal(size=dim)),
                               "metrics": MetricRecord({"partition-id": int(config["partition-id"])})})
         return Message(content=content, reply_to=msg)
-    records = {}
-    for c in (int(c) for c in config["partition-ids"]):
-        records[f"arrays.{c}"] = _arrays(noisy_primal=np.zeros(dim))
-        records[f"metrics.{c}"] = MetricRecord({"partition-id": c})
-    return Message(content=RecordDict(records), reply_to=msg)
+    carried = [int(c) for c in config["partition-ids"]]
+    rng = np.random.default_rng()
+    metrics = {"partition-id": carried, "num-examples": [1000] * len(carried),
+               **{k: rng.random(len(carried)).tolist() for k in ("eta", "sensitivity", "sigma")}}
+    content = RecordDict({"arrays": _arrays(noisy_primals=rng.normal(size=(len(carried), dim))),
+                          "metrics": MetricRecord(metrics)})
+    return Message(content=content, reply_to=msg)
