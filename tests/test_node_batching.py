@@ -54,6 +54,8 @@ def test_two_nodes_six_clients_two_messages_a_round_equal_to_the_inprocess_engin
         assert set(reply.content.keys()) == {"arrays", "metrics"}
         assert reply.content["arrays"]["noisy_primals"].numpy().shape == (3, 4)
         assert all(len(v) == 3 for v in reply.content["metrics"].values())
+        assert {"partition-id", "num-examples", "eta", "sensitivity", "sigma"} <= set(reply.content["metrics"]) \
+            <= {"partition-id", "num-examples", "eta", "sensitivity", "sigma", "clipped-rows"}
     local = run_fdp_admm(sc, with_reference=False)
     for name in ("global_w", "duals", "noisy_primals"):
         np.testing.assert_allclose(getattr(strategy.state, name), getattr(local.state, name), rtol=0, atol=1e-10)
