@@ -4,6 +4,10 @@ next to a plain-Flower app with the same messages and no work (benchmarks/floor_
 
     python benchmarks/scaling.py            # writes benchmarks/results/scaling.md
     python benchmarks/scaling.py --quick    # a small smoke version (scaling_quick.md)
+    python benchmarks/scaling.py --loopback-only   # loopback rows n = 1e5, M = 10 and 100 (scaling_batched.md)
+
+Both apps send one message per SuperNode and round, carrying every client the node hosts (fdp-flower's
+FDP-ADMM strategy with fewer nodes than clients; the floor app mirrors it with the same payload sizes).
 
 Every measurement runs in its own process(es); BLAS is limited to one thread (on a shared 2-core
 machine OpenBLAS's spinning threads make a dense product 10-60 times slower, which measures the
@@ -189,7 +193,13 @@ def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, p
     first = next((t for t, line in lines if "[ROUND 1/" in line), None)
     if found is None or first is None:
         return {"error": "no timing lines in the run's log"}
-    return {"round_s": float(found.group(1)) / rounds, "setup_s": first - start, "rounds": rounds, **measured}
+    # rounds 2..L (after round 1, in which fdp-flower's nodes generate and project their clients' slices):
+    # from the arrival of the "[ROUND 2/" log line to that of the finishing line (log streaming delays both)
+    second = next((t for t, line in lines if "[ROUND 2/" in line), None)
+    end = next((t for t, line in lines if found.group(0) in line), None)
+    later = {} if second is None or end is None or rounds < 2 else {"later_round_s": (end - second) / (rounds - 1)}
+    return {"round_s": float(found.group(1)) / rounds, "setup_s": first - start, "rounds": rounds, **later,
+            **measured}
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -243,6 +253,11 @@ def goals_of(rows: list[dict]) -> list[str]:
             where = f" (both with TMPDIR {DISK_TMPDIR})" if r["variant"] == "disk-tmp" else ""
             goals.append(f"loopback{where}, n = {n:.0e}, M = {m}, {nodes} SuperNodes: round {ours['round_s']:.3f} s vs "
                          f"bound {floor['round_s']:.3f} + 1 = {bound:.3f} s: {verdict(ours['round_s'], bound)}")
+            if "later_round_s" in ours and "later_round_s" in floor:
+                later = floor["later_round_s"] + 1.0
+                goals.append(f"loopback{where}, n = {n:.0e}, M = {m}, rounds 2-{r['rounds']} only: "
+                             f"{ours['later_round_s']:.3f} s vs bound {floor['later_round_s']:.3f} + 1 = {later:.3f} s: "
+                             f"{verdict(ours['later_round_s'], later)}")
     big = find(rows, "inprocess", "fdp", 1_000_000, 1000)
     if "total_s" in big:
         goals.append(f"in process, n = 1e6, M = 1000, {big['rounds']} rounds: {big['total_s']:.1f} s (goal <= 60 s: "
@@ -262,43 +277,38 @@ def notes_of(rows: list[dict]) -> list[str]:
         "issue defines them.",
         "Loopback deployment (Flower 1.41): a SuperNode pulls one message, waits for its reply (polled every "
         "0.5 s), pushes it, pulls the next, and sleeps 3 s when a pull finds nothing; flower-superexec starts one "
-        "new `flwr-clientapp` process per message (FAB install, app load) at its next task poll. So a node's "
-        "messages run one after another and a round costs about ceil(M / 3) message cycles on the busiest node; "
-        "the column `ClientApp (s)` is the mean lifetime of those processes (sampled every 0.2 s) and is the "
-        "per-message cost that differs between the two apps.",
+        "new `flwr-clientapp` process per message (FAB install, app load) at its next task poll. Both apps send "
+        "one message per SuperNode and round carrying every client the node hosts (ceil(M / 3) on the busiest "
+        "node), so a round costs one message cycle per node whatever M; the column `ClientApp (s)` is the mean "
+        "lifetime of those processes (sampled every 0.2 s): the per-message cost plus, for fdp-flower, the "
+        "updates of the node's clients, one after another.",
     ]
     for n in (100_000, 1_000_000):
         ours, floor = find(rows, "loopback", "fdp", n, 10, 3), find(rows, "loopback", "floor", n, 10, 3)
         if "clientapp_s" in ours and "clientapp_s" in floor:
             notes.append(f"Per message, n = {n:.0e}, M = 10: a `flwr-clientapp` process lived {ours['clientapp_s']:.2f} "
                          f"s (fdp-flower, {ours['clientapps']} processes) vs {floor['clientapp_s']:.2f} s (floor, "
-                         f"{floor['clientapps']}); with 4 messages on the busiest node that is "
-                         f"{4 * (ours['clientapp_s'] - floor['clientapp_s']):+.2f} s a round, against a measured "
-                         f"round difference of {ours['round_s'] - floor['round_s']:+.2f} s.")
+                         f"{floor['clientapps']}), one message a node a round, against a measured round "
+                         f"difference of {ours['round_s'] - floor['round_s']:+.2f} s.")
     notes.append(
         "What a message costs fdp-flower on top of the floor, measured apart from this run in one emulated "
         "`flwr-clientapp` process on this machine at load ~1 (the node's cache warm, TMPDIR on a tmpfs): importing "
         "Flower 0.41 s for both; extracting and checking the app bundle 0.014 s vs 0.001 s (0.2 s on the ext4 disk); "
         "importing the ClientApp 0.031 s vs 0.001 s; handling the message 0.049 s vs 0.001 s (importing the FDP-ADMM "
         "worker 23 ms, 11 ms of it compiling sources because this environment sets PYTHONDONTWRITEBYTECODE=1; the "
-        "scenario 6 ms; cache file, step and noise 18 ms): about 0.09 s a message. A node runs ceil(M / 3) "
-        "messages one after another, so that is about 0.35 s a round at M = 10 and 3 s at M = 100 on an idle "
-        "machine, several times more under load, plus round 1, in which each node generates and projects its "
-        "clients' slices (0.34 s a client at n = 1e6, M = 10). The loopback goal (+1 s a round) is therefore "
-        "within reach at M = 10 on an unloaded machine only, and out of reach at M = 100 on 3 SuperNodes "
-        "(34 messages a round on a node) unless a message cost under 0.03 s more than the floor's. Two costs "
-        "this issue removed: the node's features no longer travel in `context.state`, which Flower copies into "
-        "and out of every ClientApp process (3.5 MB a message at n = 1e5, M = 10 and 35 MB at n = 1e6, whose "
-        "serialization alone took 0.53 s a copy at load ~9), and a node simulating its slice no longer imports "
-        "scipy.stats (1.5-3.5 s per process under load) for the t(3) quantile.")
+        "scenario 6 ms; cache file, step and noise 18 ms): about 0.09 s a message, paid once per node and round "
+        "since a node's clients travel in one message, plus each client's update (cache file, step, noise); "
+        "in round 1 each node also generates and projects its clients' slices (0.34 s a client at n = 1e6, "
+        "M = 10). Two costs this issue removed: the node's features no longer travel in `context.state`, which "
+        "Flower copies into and out of every ClientApp process (3.5 MB a message at n = 1e5, M = 10 and 35 MB at "
+        "n = 1e6, whose serialization alone took 0.53 s a copy at load ~9), and a node simulating its slice no "
+        "longer imports scipy.stats (1.5-3.5 s per process under load) for the t(3) quantile.")
     notes.append(
-        "The load fell from about 7 to 1.4 during this run (other jobs ended); rows ran in the order listed, each "
-        "fdp-flower row right before its floor. Between such a pair a loopback round still varies by seconds: in "
-        "the n = 1e5, M = 10 pair fdp-flower came out 2.2 s faster than the floor, which does no work at all.")
-    notes.append(
-        "Simulation with M = 1000 ran one round, and fdp-flower's round 1 also generates and projects every "
-        "client's slice on the simulated nodes (not timed apart here; probably why it is 3-6% over the bound "
-        "with 10 SuperNodes, not verified).")
+        "Rows ran in the order listed, each fdp-flower row right before its floor (the same load); between such "
+        "a pair a loopback round still varies by seconds on a shared machine.")
+    if "round_s" in find(rows, "simulation", "fdp", 100_000, 1000, 10):
+        notes.append("Simulation with M = 1000 ran one round, and fdp-flower's round 1 also generates and projects "
+                     "every client's slice on the simulated nodes (not timed apart here).")
     slow = find(rows, "loopback", "floor", 100_000, 10, 3)
     fast = find(rows, "loopback", "floor", 100_000, 10, 3, "superexec-0.2")
     if "round_s" in slow and "round_s" in fast:
@@ -322,20 +332,13 @@ def notes_of(rows: list[dict]) -> list[str]:
                      f"{floor_disk['round_s']:.2f} s (floor), difference {ours_disk['round_s'] - floor_disk['round_s']:+.2f} s; "
                      f"on a tmpfs {ours['round_s']:.2f} s and {floor['round_s']:.2f} s, difference "
                      f"{ours['round_s'] - floor['round_s']:+.2f} s.")
-    for n in (100_000, 1_000_000):
-        ours, floor = find(rows, "loopback", "fdp", n, 100, 3), find(rows, "loopback", "floor", n, 100, 3)
-        if "round_s" in ours and "round_s" in floor:
-            notes.append(f"Loopback with M = 1000 (334 messages a round on a node, each a new process) is not run: "
-                         f"from the M = 100 rows (34 messages on the busiest node) at n = {n:.0e} a round would take "
-                         f"about {ours['round_s'] * 334 / 34 / 60:.1f} min (fdp-flower) and "
-                         f"{floor['round_s'] * 334 / 34 / 60:.1f} min (floor) on this machine.")
     return notes
 
 
 def write_report(path: Path, rows: list[dict], meta: dict) -> None:
-    quick = meta["quick"]
-    lines = [f"# Scaling benchmark{' (--quick)' if quick else ''}", "",
-             f"`python benchmarks/scaling.py{' --quick' if quick else ''}`, one run on {meta['host']} "
+    flag = " --quick" if meta["quick"] else " --loopback-only" if meta.get("loopback_only") else ""
+    lines = [f"# Scaling benchmark{f' ({flag.strip()})' if flag else ''}", "",
+             f"`python benchmarks/scaling.py{flag}`, one run on {meta['host']} "
              f"({meta['cpus']} CPUs, load average at start {meta['load']:.1f}, at the end {meta['load_end']:.1f}; "
              f"shared with other jobs, so absolute times are noisy and the ratios within this run are what "
              f"counts); BLAS one thread; {meta['elapsed'] / 60:.1f} min in all. Every Flower process, both apps', "
@@ -348,15 +351,18 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
              "SuperNodes, superexec, ServerApp/ClientApp processes, Ray), sampled every 0.2 s. `ClientApp (s)`: "
              "mean lifetime of a deployment's `flwr-clientapp` processes (one per message); `gap (s)`: median "
              "time from one such process's end to the next one's start on the same SuperNode (both as seen by "
-             "the 0.2 s sampler). The run's rows: `benchmarks/results/scaling_rows.jsonl` (this report is "
-             "re-written from them by `python benchmarks/scaling.py --rows benchmarks/results/scaling_rows.jsonl`).",
-             "", "| engine | n | M | SuperNodes | rounds | setup (s) | round (s) | peak RSS (GB) | ClientApp (s) | "
-             "gap (s) | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"the 0.2 s sampler). The run's rows: `benchmarks/results/{path.stem}_rows.jsonl` (this report is "
+             f"re-written from them by `python benchmarks/scaling.py{flag} --rows "
+             f"benchmarks/results/{path.stem}_rows.jsonl`).",
+             "`round 2+ (s)`: mean of rounds 2 to L, from the arrival times of the streamed log lines (after "
+             "round 1, in which fdp-flower's nodes also generate and project their clients' slices).",
+             "", "| engine | n | M | SuperNodes | rounds | setup (s) | round (s) | round 2+ (s) | peak RSS (GB) | "
+             "ClientApp (s) | gap (s) | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         res = r["result"]
         lines.append(f"| {LABELS[r['kind'], r['app'], r['variant']]} | {r['n']:.0e} | {r['M']} | "
                      f"{r.get('nodes') or '-'} | {r['rounds']} | {fmt(res.get('setup_s'), 2)} | "
-                     f"{fmt(res.get('round_s'))} | {fmt(res.get('peak_gb'), 2)} | {fmt(res.get('clientapp_s'), 2)} | "
+                     f"{fmt(res.get('round_s'))} | {fmt(res.get('later_round_s'))} | {fmt(res.get('peak_gb'), 2)} | {fmt(res.get('clientapp_s'), 2)} | "
                      f"{fmt(res.get('gap_s'), 2)} | {res.get('error', '')} |")
     lines += ["", "## Goals", ""] + [f"- {g}" for g in goals_of(rows)]
     lines += ["", "## Notes", ""] + [f"- {note}" for note in notes_of(rows)] + [""]
@@ -364,11 +370,13 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
     path.write_text("\n".join(lines))
 
 
-def plan_cases(quick: bool) -> list[tuple]:
+def plan_cases(quick: bool, loopback_only: bool = False) -> list[tuple]:
     """(kind, app, variant, n, M, nodes, rounds) in the order they run, ours next to its floor (the same
-    load).  Flower rounds: 3 with M = 10, 2 with M = 100 and 1 with M = 1000 in simulation; 1 in a
-    loopback deployment with M = 100, where a SuperNode runs its 34 messages one after another
-    (minutes a round).  Loopback with M = 1000 is not run (estimated in the notes)."""
+    load).  Flower rounds: 3 with M = 10, 2 with M = 100 and 1 with M = 1000 in simulation; 3 in a
+    loopback deployment with M = 10 and 100 (one message per node and round either way) and 2 with
+    M = 1000 at n = 1e5.  ``loopback_only``: the loopback rows n = 1e5, M = 10 and 100 alone (4 rounds)."""
+    if loopback_only:
+        return [("loopback", app, "", 100_000, m, 3, 4) for m in (10, 100) for app in ("fdp", "floor")]
     if quick:
         return [("inprocess", "fdp", "", 10_000, 10, None, 10),
                 ("loopback", "fdp", "", 10_000, 10, 3, 3), ("loopback", "floor", "", 10_000, 10, 3, 3),
@@ -385,7 +393,8 @@ def plan_cases(quick: bool) -> list[tuple]:
                 cases += [("simulation", "fdp", "", n, m, nodes, sim_rounds[m]),
                           ("simulation", "floor", "", n, m, nodes, sim_rounds[m])]
     for n in sizes:
-        cases += [("loopback", "fdp", "", n, 100, 3, 1), ("loopback", "floor", "", n, 100, 3, 1)]
+        cases += [("loopback", "fdp", "", n, 100, 3, 3), ("loopback", "floor", "", n, 100, 3, 3)]
+    cases += [("loopback", "fdp", "", 100_000, 1000, 3, 2), ("loopback", "floor", "", 100_000, 1000, 3, 2)]
     for n in sizes:
         for nodes in (2, 10):
             cases += [("simulation", "fdp", "", n, 1000, nodes, 1), ("simulation", "floor", "", n, 1000, nodes, 1)]
@@ -395,6 +404,8 @@ def plan_cases(quick: bool) -> list[tuple]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small smoke version")
+    parser.add_argument("--loopback-only", action="store_true",
+                        help="only the loopback rows n = 1e5, M = 10 and 100 (benchmarks/results/scaling_batched.md)")
     parser.add_argument("--budget-min", type=float, default=60.0,
                         help="start no new case after this many minutes (the rest is reported as skipped)")
     parser.add_argument("--rows", type=Path, help="re-write the report from a run's printed rows (JSON lines)")
@@ -403,7 +414,8 @@ def main(argv=None) -> int:
     if args.child:
         _child_inprocess(*args.child)
         return 0
-    out = RESULTS / ("scaling_quick.md" if args.quick else "scaling.md")
+    out = RESULTS / ("scaling_quick.md" if args.quick else "scaling_batched.md" if args.loopback_only
+                     else "scaling.md")
     if args.rows:
         records = [json.loads(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
         meta = next(r["meta"] for r in records if "meta" in r)
@@ -411,11 +423,11 @@ def main(argv=None) -> int:
         print(f"wrote {out}")
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the running federation on SIGTERM too
-    meta = {"quick": args.quick, "host": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()[0]}
+    meta = {"quick": args.quick, "loopback_only": args.loopback_only, "host": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()[0]}
     print(json.dumps({"start": meta}), flush=True)
     started = time.monotonic()
     rows: list[dict] = []
-    for kind, app, variant, n, m, nodes, rounds in plan_cases(args.quick):
+    for kind, app, variant, n, m, nodes, rounds in plan_cases(args.quick, args.loopback_only):
         if time.monotonic() - started > 60 * args.budget_min:
             result = {"error": f"skipped: the run's {args.budget_min:.0f} min budget was used up"}
         elif kind == "inprocess":

@@ -39,11 +39,19 @@ from fdp_flower.algorithms.fdp_admm.plan import (
 )
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.clients.common import node_partition, partition_data_error
-from fdp_flower.clients.site import SiteSession, names_own_data
+from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
-from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
+from fdp_flower.wire import (
+    BASIS_DIGEST_KEY,
+    BASIS_MISSING,
+    BASIS_PREFIX,
+    BATCH_CLIENTS_KEY,
+    basis_digest,
+    pack_arrays,
+    unpack_arrays,
+)
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
@@ -233,10 +241,15 @@ class _Responses:
 def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) -> Message:
     """Unpack an FDP-ADMM train message, run the client worker, pack the reply (with the site's totals
     on node-local data).  A node that lost the run's basis answers with a :data:`BASIS_MISSING`
-    error before anything is computed or charged."""
+    error before anything is computed or charged.
+
+    A batched message (config :data:`~fdp_flower.wire.BATCH_CLIENTS_KEY`: a node hosting several
+    simulated clients; row j of its ``duals`` and ``noisy_primals`` is client ``partition-ids[j]``)
+    runs each client's unchanged update in turn and replies once: the released rows of
+    ``noisy_primals`` with one list per metric (``partition-id`` naming each row), and the clients it
+    refused (bad data, the site's policy) in an ``errors`` record (``partition-id``, ``code``,
+    ``reason`` lists); the others still release."""
     config = msg.content["config"]
-    partition = node_partition(context, scenario, int(config["partition-id"]) if "partition-id" in config else None,
-                               simulated=not data_source(scenario).node_local)
     arrays = unpack_arrays(msg.content["arrays"])
     digest = str(config[BASIS_DIGEST_KEY]) if BASIS_DIGEST_KEY in config else None
     try:
@@ -250,15 +263,51 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     site.admit(scenario.privacy.enabled, "FDP-ADMM primal releases")
     if digest is None:
         digest = str(context.state[_BASIS_STATE + "-digest"]["digest"])
+    round_, rho = int(config["round"]), float(config["rho"]) if "rho" in config else None
+    if BATCH_CLIENTS_KEY not in config:
+        named = int(config["partition-id"]) if "partition-id" in config else None
+        records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
+                                  arrays["dual"], arrays["noisy_primal"], round_, rho)
+        return Message(content=RecordDict({**records, **site.records()}), reply_to=msg)
+    from flwr.common.constant import ErrorCode
+
+    clients = [int(c) for c in config[BATCH_CLIENTS_KEY]]
+    duals, noisy_primals = np.atleast_2d(arrays["duals"]), np.atleast_2d(arrays["noisy_primals"])
+    if duals.shape[0] != len(clients) or noisy_primals.shape[0] != len(clients):
+        raise ValueError(f"a batched message for {len(clients)} clients carries {duals.shape[0]} duals and "
+                         f"{noisy_primals.shape[0]} primals")
+    released, metrics, errors = [], {}, {"partition-id": [], "code": [], "reason": []}
+    for row, named in enumerate(clients):
+        try:
+            records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
+                                      duals[row], noisy_primals[row], round_, rho)
+        except (*SITE_ERRORS, ValueError) as exc:  # this client is refused alone: nothing of it is released
+            errors["partition-id"].append(named)
+            errors["code"].append(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION))
+            errors["reason"].append(" ".join(str(exc).split()))
+            continue
+        released.append(records["arrays"]["noisy_primal"].numpy())
+        for key, value in records["metrics"].items():
+            metrics.setdefault(key, []).append(value)
+    dim = np.shape(arrays["global_w"])[0]
+    content = {"arrays": pack_arrays(noisy_primals=np.reshape(released, (len(released), dim))),
+               "metrics": MetricRecord(metrics)}
+    if errors["partition-id"]:
+        content["errors"] = ConfigRecord(errors)
+    return Message(content=RecordDict({**content, **site.records()}), reply_to=msg)
+
+
+def _client_release(context: Context, scenario: Scenario, site: SiteSession, basis: FunctionalBasis, digest: str,
+                    named: int | None, global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
+                    round_: int, rho: float | None) -> dict:
+    """One client's release on this node: ``{"arrays": noisy primal, "metrics": public bookkeeping}``."""
+    partition = node_partition(context, scenario, named, simulated=not data_source(scenario).node_local)
     features, clipped, response = node_features(context, scenario, partition, basis, digest)
     reply = fdp_admm_client_update(
-        scenario, partition, _Responses(response), basis,
-        global_w=arrays["global_w"], dual=arrays["dual"], noisy_primal=arrays["noisy_primal"],
-        round_=int(config["round"]), rho=float(config["rho"]) if "rho" in config else None, noise=site.noise_for, features=(features, clipped))
+        scenario, partition, _Responses(response), basis, global_w=global_w, dual=dual, noisy_primal=noisy_primal,
+        round_=round_, rho=rho, noise=site.noise_for, features=(features, clipped))
     metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,
                "sensitivity": reply.sensitivity, "sigma": reply.sigma}
     if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:
         metrics["clipped-rows"] = reply.clipped_rows
-    content = RecordDict({"arrays": pack_arrays(noisy_primal=reply.noisy_primal), "metrics": MetricRecord(metrics),
-                          **site.records()})
-    return Message(content=content, reply_to=msg)
+    return {"arrays": pack_arrays(noisy_primal=reply.noisy_primal), "metrics": MetricRecord(metrics)}

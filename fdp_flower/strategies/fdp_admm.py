@@ -3,8 +3,10 @@
 The strategy owns every piece of run state (global w, each client's dual and
 last released primal, the privacy ledger); a node keeps only a cache of its own features and
 of the basis (:mod:`fdp_flower.clients.fdp_admm`).  Each round it sends every client its own
-(w, g_i, wt_i, l) and the basis's digest (the basis itself only in a node's first message),
-and on the replies calls the pure server update
+(w, g_i, wt_i, l) and the basis's digest (the basis itself only in a node's first message), in one
+message per node: a node hosting several simulated clients gets them all in one message and replies
+once (:data:`fdp_flower.wire.BATCH_CLIENTS_KEY`), each client's release checked on its own; on the
+replies it calls the pure server update
 :meth:`fdp_flower.algorithms.fdp_admm.update.FDPADMMState.advance`.  Its metrics go through
 Flower's server-side evaluation (``evaluate_fn`` of :meth:`Strategy.start`,
 :meth:`FDPADMMStrategy.evaluate_fn`): each round is printed once, as a global evaluation.
@@ -15,7 +17,7 @@ import json
 import warnings
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -56,14 +58,30 @@ from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, re
 from fdp_flower.outputs.results import RunResult, check_output_dir, privacy_headline, rescue_run, write_results
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard, GaussianRelease, PrivacyLedger
 from fdp_flower.strategies.common import (
+    SITE_RECORD,
     FederationError,
     polling,
     round_metrics,
     run_results_dir,
-    site_report,
     wait_for_nodes,
 )
-from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays, unpack_arrays
+from fdp_flower.wire import (
+    BASIS_DIGEST_KEY,
+    BASIS_MISSING,
+    BASIS_PREFIX,
+    BATCH_CLIENTS_KEY,
+    basis_digest,
+    pack_arrays,
+    unpack_arrays,
+)
+
+
+def _error_reply_failure(code: int, reason: str) -> FederationError:
+    """The failure of a client whose node answered with an error (code, reason): nothing was released
+    when the ClientApp raised or refused before releasing (codes 1, 2, 6, 7), else it may have been."""
+    err = FederationError(f"error reply (code {code}): {reason}".splitlines()[0])
+    err.kind = NOT_RELEASED if code in (1, 2, 6, 7) else MAY_HAVE_RELEASED
+    return err
 
 
 class RunConverged(Exception):
@@ -97,7 +115,8 @@ class FDPADMMStrategy(Strategy):
     wrong sensitivity or sigma, wrong partition) makes that client "failed" for the
     round: it keeps its last released primal and its dual
     (:func:`fdp_flower.algorithms.faults.advance_with_failures`), the failure is logged and
-    recorded in ``failures``, and no exception leaves :meth:`aggregate_train` unless
+    recorded in ``failures`` (a node's error, lost or malformed reply fails every client its message
+    carried; a client in a batched reply's ``errors`` record fails alone), and no exception leaves :meth:`aggregate_train` unless
     fewer than ``quorum`` clients replied (then :class:`FederationError`, which the
     runner turns into a clean stop with results saved).
     """
@@ -110,7 +129,8 @@ class FDPADMMStrategy(Strategy):
         self.partition_sizes = None if partition_sizes is None else [int(m) for m in partition_sizes]
         self.on_round = on_round
         self.failures: list[FailureRecord] = []
-        self._outbox: list[tuple[Message, int, int | None]] = []
+        #: this round's messages: (message, node, the clients it carries, whether it is batched)
+        self._outbox: list[tuple[Message, int, tuple[int | None, ...], bool]] = []
         self._one_client_per_node: bool | None = None
         self._named = False
         self._guard: BudgetGuard | None = None
@@ -174,7 +194,8 @@ class FDPADMMStrategy(Strategy):
         With at least M nodes, each node is one client, identified by the partition id
         of its node config (learned from its first reply).  With fewer nodes (e.g. the
         2 virtual SuperNodes of a default local simulation) and a simulated data source,
-        logical clients are spread round-robin over the nodes and named in the message.
+        logical clients are spread round-robin over the nodes and named in the message
+        (:meth:`configure_train` sends a node all its clients in one message).
         """
         if self._one_client_per_node is None:
             self._one_client_per_node = len(node_ids) >= self.num_clients
@@ -213,20 +234,34 @@ class FDPADMMStrategy(Strategy):
             targets = range(self.num_clients) if any(c is None for c in clients) else clients
             append_requests(self.journal, [r for r in (self._planned_release(server_round, c) for c in targets)
                                            if r is not None])
+        # one message per node: a node hosting several clients runs them all from one message (Flower
+        # 1.41 runs each message in its own ClientApp process, one after another on a SuperNode)
+        by_node: dict[int, list[int | None]] = {}
         for node, client in assignment:
-            cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest,
-                   "rho": round_rho(self.scenario, self.state)}  # rho^l (eq. (1.16))
-            if client is not None and self._named:
-                cfg["partition-id"] = client
-            # the basis goes with every message to a node until it has replied once: a node may
-            # process one round's messages in parallel (Flower's simulation runtime), each on its own
-            # copy of the node's context
-            basis = {} if node in self._basis_nodes else self._basis_arrays
-            content = RecordDict({"arrays": pack_arrays(**self._client_payload(client), **basis),
-                                  "config": ConfigRecord(cfg)})
-            self._outbox.append((Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN),
-                                 node, client))
-        return [msg for msg, _, _ in self._outbox]
+            by_node.setdefault(node, []).append(client)
+        rho = round_rho(self.scenario, self.state)  # rho^l (eq. (1.16))
+        for node, clients in by_node.items():
+            groups = [[c] for c in clients] if self._one_client_per_node else [clients]
+            for group in groups:
+                batched = len(group) > 1
+                cfg = {"round": server_round, BASIS_DIGEST_KEY: self.basis_digest, "rho": rho}
+                if batched:
+                    cfg[BATCH_CLIENTS_KEY] = [int(c) for c in group]
+                    rows = np.asarray(group, dtype=int)  # row j of duals / noisy_primals: client group[j]
+                    payload = {"global_w": self.state.global_w, "duals": self.state.duals[rows],
+                               "noisy_primals": self.state.noisy_primals[rows]}
+                else:
+                    if group[0] is not None and self._named:
+                        cfg["partition-id"] = group[0]
+                    payload = self._client_payload(group[0])
+                # the basis goes with every message to a node until it has replied once: a node may
+                # process one round's messages in parallel (Flower's simulation runtime), each on its own
+                # copy of the node's context
+                basis = {} if node in self._basis_nodes else self._basis_arrays
+                content = RecordDict({"arrays": pack_arrays(**payload, **basis), "config": ConfigRecord(cfg)})
+                self._outbox.append((Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN),
+                                     node, tuple(group), batched))
+        return [msg for msg, *_ in self._outbox]
 
     def _check_release(self, server_round: int, client: int, metrics: MetricRecord) -> GaussianRelease | None:
         m = int(metrics["num-examples"])
@@ -267,26 +302,70 @@ class FDPADMMStrategy(Strategy):
         _eta, sensitivity, sigma = self.plan.release(server_round, m, round_rho(self.scenario, self.state))
         return None if sigma is None else primal_release(client, server_round, sensitivity, sigma)
 
-    def _accept(self, server_round: int, reply: Message, client_hint: int | None, dim: int,
-                primals: dict[int, np.ndarray]) -> tuple[int, np.ndarray, GaussianRelease | None]:
-        """Check one successful reply; a :class:`FederationError` (one line) rejects it."""
+    def _client_replies(self, reply: Message, entry: tuple[int, tuple[int | None, ...], bool]
+                        ) -> list[tuple[int | None, tuple[Mapping, dict, dict | None] | FederationError]]:
+        """(client hint, its (metrics, arrays, site totals) or the error that fails it) for each client
+        ``reply`` answers for: an error reply or a malformed batched reply fails every client the message
+        carried; a client in a batched reply's ``errors`` record fails alone, and so does one the reply
+        leaves out (charged: it may have been released)."""
+        node, clients, batched = entry
+        if reply.has_error():
+            if BASIS_MISSING in reply.error.reason:  # the node lost its cache: send it the basis again
+                self._basis_nodes.discard(node)
+            err = _error_reply_failure(int(reply.error.code), reply.error.reason)
+            return [(c, err) for c in clients]
         try:
-            metrics = reply.content["metrics"]
+            content = reply.content
+            site = {str(k): v for k, v in content[SITE_RECORD].items()} if SITE_RECORD in content else None
+            if not batched:
+                return [(clients[0], (content["metrics"], unpack_arrays(content["arrays"]), site))]
+            metrics, arrays = content["metrics"], unpack_arrays(content["arrays"])
+            ids = [int(c) for c in metrics["partition-id"]] if "partition-id" in metrics else []
+            refused = content["errors"] if "errors" in content else {"partition-id": [], "code": [], "reason": []}
+            refused_ids = [int(c) for c in refused["partition-id"]]
+            if set(arrays) != {"noisy_primals"} or np.ndim(arrays["noisy_primals"]) != 2 \
+                    or len(arrays["noisy_primals"]) != len(ids):
+                raise FederationError(f"batched reply: arrays {sorted(arrays)} do not hold one row per released client")
+            if any(len(v) != len(ids) for v in metrics.values()) or \
+                    not len(refused["code"]) == len(refused["reason"]) == len(refused_ids):
+                raise FederationError("batched reply: its metric or error lists differ in length")
+            if not set(ids + refused_ids) <= set(clients):
+                raise FederationError(f"batched reply names clients {sorted(set(ids + refused_ids) - set(clients))} "
+                                      "it was not sent")
+            out: list[tuple[int | None, tuple[Mapping, dict, dict | None] | FederationError]] = []
+            for row, c in enumerate(ids):  # a client named twice is caught by _accept as a duplicate
+                out.append((c, ({k: v[row] for k, v in metrics.items()},
+                                {"noisy_primal": arrays["noisy_primals"][row]}, site)))
+            for c, code, reason in zip(refused_ids, refused["code"], refused["reason"]):
+                out.append((c, _error_reply_failure(int(code), str(reason))))
+            out += [(c, FederationError(f"the node's reply has no release for client {c}"))
+                    for c in clients if c not in ids and c not in refused_ids]
+            return out
+        except FederationError as exc:
+            return [(c, exc) for c in clients]
+        except Exception as exc:  # malformed record: any shape of garbage
+            err = FederationError(f"malformed reply ({type(exc).__name__}: {exc})".splitlines()[0])
+            return [(c, err) for c in clients]
+
+    def _accept(self, server_round: int, metrics: Mapping, arrays: dict, src_node: int, client_hint: int | None,
+                dim: int, primals: dict[int, np.ndarray]) -> tuple[int, np.ndarray, GaussianRelease | None]:
+        """Check one client's release (its metrics and arrays) from node ``src_node``; a
+        :class:`FederationError` (one line) rejects it."""
+        try:
             client = int(metrics["partition-id"])
-            arrays = unpack_arrays(reply.content["arrays"])
         except Exception as exc:  # malformed record: any shape of garbage
             raise FederationError(f"malformed reply ({type(exc).__name__}: {exc})".splitlines()[0]) from None
         if not 0 <= client < self.num_clients or client in primals:
             raise FederationError(f"bad or duplicate partition id {client}")
         if client_hint is not None and client != client_hint:
             raise FederationError(f"reply names partition {client} but the message was for client {client_hint}")
-        old = self.node_of_client.get(client, reply.metadata.src_node_id)
-        if old != reply.metadata.src_node_id:
+        old = self.node_of_client.get(client, src_node)
+        if old != src_node:
             if client_hint is None and old not in getattr(self, "_live_nodes", {old}):
                 # the client's node is gone and it came back as a new node (a restarted SuperNode):
                 # this reply was computed from an unnamed (zero) state, so it is discarded, but the
                 # client is routed to its new node from the next round on
-                self.node_of_client[client] = reply.metadata.src_node_id
+                self.node_of_client[client] = src_node
                 raise FederationError(f"client {client} rejoined from a new node; this reply is discarded "
                                       "(computed without its state), it is messaged again next round")
             raise FederationError(f"client {client} replied from another node")
@@ -310,55 +389,52 @@ class FDPADMMStrategy(Strategy):
         releases: list[GaussianRelease] = []
         failed: dict[int, tuple[str, str]] = {}  # client -> (reason, kind)
         unattributed: list[str] = []  # kinds of failures of nodes whose client is not yet known
-        by_id = {msg.metadata.message_id: (node, client) for msg, node, client in self._outbox
+        by_id = {msg.metadata.message_id: (node, clients, batched) for msg, node, clients, batched in self._outbox
                  if msg.metadata.message_id}
-        pending = {(node, client) for _msg, node, client in self._outbox}
+        pending = {(node, clients, batched) for _msg, node, clients, batched in self._outbox}
         for reply in replies:
             node = reply.metadata.src_node_id
             entry = by_id.get(reply.metadata.reply_to_message_id)
             if entry is None:
                 same_node = [e for e in pending if e[0] == node]
-                entry = same_node[0] if len(same_node) == 1 else (node, None)
+                entry = same_node[0] if len(same_node) == 1 else (node, (None,), False)
             pending.discard(entry)
-            hint = entry[1]
-            try:
-                if reply.has_error():
-                    if BASIS_MISSING in reply.error.reason:  # the node lost its cache: send it the basis again
-                        self._basis_nodes.discard(node)
-                    code = int(reply.error.code)
-                    kind = NOT_RELEASED if code in (1, 2, 6, 7) else MAY_HAVE_RELEASED
-                    err = FederationError(f"error reply (code {code}): {reply.error.reason}".splitlines()[0])
-                    err.kind = kind
-                    raise err
-                client, primal, release = self._accept(server_round, reply, hint, dim, primals)
-            except Exception as exc:  # never crash on a reply
-                kind = getattr(exc, "kind", MAY_HAVE_RELEASED)
-                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                who = hint if hint is not None else self._client_of_node(node)
-                log(WARNING, "round %d: node %d (client %s) failed: %s", server_round, node, who, reason)
+            for hint, released in self._client_replies(reply, entry):
+                try:
+                    if isinstance(released, FederationError):
+                        raise released
+                    metrics, arrays, site = released
+                    client, primal, release = self._accept(server_round, metrics, arrays, node, hint, dim, primals)
+                except Exception as exc:  # never crash on a reply
+                    kind = getattr(exc, "kind", MAY_HAVE_RELEASED)
+                    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    who = hint if hint is not None else self._client_of_node(node)
+                    log(WARNING, "round %d: node %d (client %s) failed: %s", server_round, node, who, reason)
+                    if who is not None and who not in primals:
+                        failed.setdefault(who, (reason, kind))
+                    elif who is None:
+                        unattributed.append(kind)
+                    continue
+                self.node_of_client[client] = node
+                self._basis_nodes.add(node)
+                self.sample_sizes[client] = int(metrics["num-examples"])
+                if site is not None:  # the site's own totals (node-local data)
+                    self.site_reports[client] = site
+                if "clipped-rows" in metrics:
+                    self.clipped_rows[client] = int(metrics["clipped-rows"])
+                if release is not None:
+                    releases.append(release)
+                primals[client] = primal
+                failed.pop(client, None)
+        for node, clients, _batched in pending:  # no reply before the timeout: it may have been sent and lost
+            for client in clients:
+                who = client if client is not None else self._client_of_node(node)
+                log(WARNING, "round %d: no reply from node %d (client %s) before the timeout", server_round, node,
+                    who)
                 if who is not None and who not in primals:
-                    failed.setdefault(who, (reason, kind))
+                    failed.setdefault(who, ("no reply before the timeout", MAY_HAVE_RELEASED))
                 elif who is None:
-                    unattributed.append(kind)
-                continue
-            self.node_of_client[client] = node
-            self._basis_nodes.add(node)
-            self.sample_sizes[client] = int(reply.content["metrics"]["num-examples"])
-            if (report := site_report(reply)) is not None:
-                self.site_reports[client] = report
-            if "clipped-rows" in reply.content["metrics"]:
-                self.clipped_rows[client] = int(reply.content["metrics"]["clipped-rows"])
-            if release is not None:
-                releases.append(release)
-            primals[client] = primal
-            failed.pop(client, None)
-        for node, client in pending:  # no reply before the timeout: it may have been sent and lost
-            who = client if client is not None else self._client_of_node(node)
-            log(WARNING, "round %d: no reply from node %d (client %s) before the timeout", server_round, node, who)
-            if who is not None and who not in primals:
-                failed.setdefault(who, ("no reply before the timeout", MAY_HAVE_RELEASED))
-            elif who is None:
-                unattributed.append(MAY_HAVE_RELEASED)
+                    unattributed.append(MAY_HAVE_RELEASED)
         for client in range(self.num_clients):
             if client in primals or client in failed:
                 continue

@@ -6,10 +6,12 @@ from fdp_flower.wire.records import (
     BASIS_DIGEST_KEY,
     BASIS_MISSING,
     BASIS_PREFIX,
+    BATCH_CLIENTS_KEY,
     SETUP_PHASE,
     basis_digest,
     pack_arrays,
     unpack_arrays,
 )
 
-__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "SETUP_PHASE", "basis_digest", "pack_arrays", "unpack_arrays"]
+__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "BATCH_CLIENTS_KEY", "SETUP_PHASE", "basis_digest",
+           "pack_arrays", "unpack_arrays"]

@@ -41,3 +41,13 @@ def basis_digest(arrays: dict[str, np.ndarray]) -> str:
         h.update(f"{name}:{value.shape}".encode())
         h.update(value.tobytes())
     return "sha256:" + h.hexdigest()
+
+
+#: Config key of a batched FDP-ADMM train message: the clients (partition ids) one node runs this
+#: round, when nodes host several simulated clients.  Such a message carries ``global_w`` once and the
+#: clients' ``duals`` and ``noisy_primals`` as one (clients, K) array each (row j: the j-th id); the node
+#: replies once, with ``noisy_primals`` (one row per released client) and one list per metric
+#: (``partition-id`` naming each row), and an ``errors`` record (``partition-id``, ``code``, ``reason``
+#: lists) for the clients it refused.  A handful of records whatever the number of clients: Flower
+#: moves each array and record of a message as a separate object.
+BATCH_CLIENTS_KEY = "partition-ids"
