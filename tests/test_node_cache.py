@@ -58,6 +58,62 @@ def test_the_basis_travels_once_per_node_and_the_features_are_computed_once(monk
     assert all(p.stat().st_mode & 0o077 == 0 for p in cached if p.is_file() or p.name.startswith("run-"))
 
 
+def test_a_node_hosting_several_clients_keeps_one_cache_file_read_once_a_message(monkeypatch):
+    """2 nodes x 3 clients (one batched message per node and round): one file per node holding its 3
+    clients; a new ClientApp process reads it once for the whole message and generates nothing."""
+    sc = parse_scenario({"seed": 4, "data": {"n_samples": 2 * N, "grid_points": 21},
+                         "federation": {"num_clients": 6}, "basis": {"kind": "fixed", "n_components": K},
+                         "algorithm": {"rounds": 3}})
+    client._PROCESS_CACHE.clear()
+    loads, reads, writes = [], [], []
+    real_load, real_read, real_write = client.load_partition, client._read_cached, client._write_cached
+    monkeypatch.setattr(client, "load_partition", lambda s, i, path=None: loads.append(i) or real_load(s, i, path))
+    monkeypatch.setattr(client, "_read_cached", lambda path, key: reads.append(path) or real_read(path, key))
+    monkeypatch.setattr(client, "_write_cached", lambda path, key, e: writes.append(path) or real_write(path, key, e))
+
+    class TwoNodes(FakeGrid):
+        def __init__(self, sc_):
+            super().__init__(sc_, nodes=[1, 2])
+
+    strategy, grid = _run(sc, TwoNodes)
+    assert not strategy.failures and sorted(loads) == list(range(6))
+    assert len(writes) == 2  # each node writes its file once, in round 1, for its 3 clients
+    files = sorted((Path(os.environ["FLWR_HOME"]) / client.FEATURE_CACHE_SUBDIR / "run-1").glob("node-*.npz"))
+    assert [f.name.split("-")[1] for f in files] == ["1", "2"]  # one file per node
+    for path in files:
+        node = int(path.name.split("-")[1])
+        with np.load(path) as stored:
+            assert list(stored["partitions"]) == [c for c in range(6) if c % 2 == node - 1]
+            assert stored["features"].shape == (3 * 2 * N // 6, K) and stored["offsets"][-1] == 3 * 2 * N // 6
+        for c in range(node - 1, 6, 2):  # each client's rows are its own features
+            expected, _ = plan.client_features(sc, strategy.basis, real_load(sc, c))
+            entry = client._read_cached(path, client._cache_key(grid.contexts[node], sc, strategy.basis_digest))[c]
+            np.testing.assert_array_equal(entry[0], expected)
+    loads.clear()
+    reads.clear()
+    client._PROCESS_CACHE.clear()  # the next message's new ClientApp process
+    train = next(m for m in grid.sent if m.metadata.dst_node_id == 1 and int(m.content["config"]["round"]) == 2)
+    reply = client.handle_fdp_admm_train(train, grid.contexts[1], sc)
+    assert not reply.has_error() and reply.content["arrays"]["noisy_primals"].numpy().shape == (3, K)
+    assert loads == [] and len(reads) == 1
+
+
+def test_a_node_given_a_new_client_adds_it_to_its_file_and_keeps_the_others():
+    sc = scenario()
+    basis = plan.build_basis(sc)
+    ctx = Context(run_id=9, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    client._PROCESS_CACHE.clear()
+    client.load_node_features(ctx, sc, [0, 1], basis, "sha256:a")
+    client._PROCESS_CACHE.clear()  # a new process is asked for client 2 as well (e.g. a reassignment)
+    third, _, _ = client.node_features(ctx, sc, 2, basis, "sha256:a")
+    (cache_file,) = (Path(os.environ["FLWR_HOME"]) / client.FEATURE_CACHE_SUBDIR / "run-9").iterdir()
+    stored = client._read_cached(cache_file, client._cache_key(ctx, sc, "sha256:a"))
+    assert sorted(stored) == [0, 1, 2]
+    for c in range(3):
+        np.testing.assert_array_equal(stored[c][0], plan.client_features(sc, basis, plan.load_partition(sc, c))[0])
+    np.testing.assert_array_equal(stored[2][0], third)
+
+
 def test_a_node_that_lost_its_cache_refuses_and_is_sent_the_basis_again():
     sc = scenario(rounds=3)
 
@@ -121,6 +177,7 @@ def test_an_unreadable_cache_file_is_recomputed_and_rewritten():
     np.testing.assert_array_equal(again, first)
     with np.load(cache_file) as stored:  # rewritten
         np.testing.assert_array_equal(stored["features"], first)
+        assert list(stored["partitions"]) == [1]
 
 
 def test_the_client_app_imports_no_plotting_fda_or_scipy():

@@ -146,43 +146,66 @@ def node_basis(context: Context, arrays: dict[str, np.ndarray], digest: str | No
 #: node's feature cache again; bounded by _PROCESS_CACHE_BYTES.
 _PROCESS_CACHE: dict[tuple, tuple[np.ndarray, int, np.ndarray]] = {}
 _PROCESS_CACHE_BYTES = 2 * 1024**3
+#: id(scenario) -> (scenario, its digest): the digest is computed once per parsed scenario
+_SCENARIO_DIGESTS: dict[int, tuple[Scenario, str]] = {}
 
 
-def _remember(key: tuple, value: tuple[np.ndarray, int, np.ndarray]) -> None:
-    size = value[0].nbytes + value[2].nbytes
-    while _PROCESS_CACHE and sum(v[0].nbytes + v[2].nbytes for v in _PROCESS_CACHE.values()) + size \
-            > _PROCESS_CACHE_BYTES:
-        _PROCESS_CACHE.pop(next(iter(_PROCESS_CACHE)))
-    if size <= _PROCESS_CACHE_BYTES:
+def _nbytes(value: tuple[np.ndarray, int, np.ndarray]) -> int:
+    return value[0].nbytes + value[2].nbytes
+
+
+def _remember(entries: dict[tuple, tuple[np.ndarray, int, np.ndarray]]) -> None:
+    """Keep ``entries`` in this process's memory, dropping the oldest beyond _PROCESS_CACHE_BYTES."""
+    held = sum(_nbytes(v) for v in _PROCESS_CACHE.values())
+    for key, value in entries.items():
+        size = _nbytes(value)
+        if size > _PROCESS_CACHE_BYTES:
+            continue
+        if key in _PROCESS_CACHE:
+            held -= _nbytes(_PROCESS_CACHE.pop(key))
+        while _PROCESS_CACHE and held + size > _PROCESS_CACHE_BYTES:  # the oldest first
+            held -= _nbytes(_PROCESS_CACHE.pop(next(iter(_PROCESS_CACHE))))
         _PROCESS_CACHE[key] = value
+        held += size
 
 
-def feature_cache_file(context: Context, partition: int, key: dict[str, str]) -> Path:
-    """``$FLWR_HOME/fdp-flower-cache/run-<run id>/node-<node id>-partition-<i>-<key hash>.npz``: the
-    file of ``partition``'s features on this node for ``key`` (basis digest, scenario digest, data
-    file), FLWR_HOME as this process sees it (:func:`fdp_flower.privacy.site_policy.flower_home`)."""
+def feature_cache_file(context: Context, key: dict[str, str]) -> Path:
+    """``$FLWR_HOME/fdp-flower-cache/run-<run id>/node-<node id>-<key hash>.npz``: the file of this
+    node's features for ``key`` (basis digest, scenario digest, data file), one file for every
+    client the node hosts, FLWR_HOME as this process sees it
+    (:func:`fdp_flower.privacy.site_policy.flower_home`)."""
     from fdp_flower.privacy.site_policy import flower_home
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return (flower_home() / FEATURE_CACHE_SUBDIR / f"run-{int(context.run_id)}" /
-            f"node-{int(context.node_id)}-partition-{int(partition)}-{digest}.npz")
+            f"node-{int(context.node_id)}-{digest}.npz")
 
 
-def _read_cached(path: Path, key: dict[str, str]) -> tuple[np.ndarray, int, np.ndarray] | None:
-    """The cached (features, rows clipped, responses), or None when absent, unreadable or for another key."""
+def _read_cached(path: Path, key: dict[str, str]) -> dict[int, tuple[np.ndarray, int, np.ndarray]]:
+    """The cached {partition: (features, rows clipped, responses)}; empty when the file is absent,
+    unreadable or for another key."""
     try:
         with np.load(path, allow_pickle=False) as stored:
             if json.loads(str(stored["key"])) != key:
-                return None
-            return stored["features"], int(stored["clipped"]), stored["response"]
+                return {}
+            partitions, offsets, clipped = stored["partitions"], stored["offsets"], stored["clipped"]
+            features, response = stored["features"], stored["response"]
     except (OSError, ValueError, KeyError):
-        return None
+        return {}
+    if offsets.shape != (partitions.size + 1,) or clipped.shape != partitions.shape or \
+            offsets[-1] != features.shape[0] or features.shape[0] != response.shape[0]:
+        return {}
+    return {int(p): (features[a:b], int(c), response[a:b])
+            for p, a, b, c in zip(partitions, offsets[:-1], offsets[1:], clipped)}
 
 
-def _write_cached(path: Path, key: dict[str, str], value: tuple[np.ndarray, int, np.ndarray]) -> None:
-    """Write the cache file atomically (owner-only directory and file); a run's first write removes
-    the directories of other runs left untouched for a day.  A failure only costs a recomputation."""
+def _write_cached(path: Path, key: dict[str, str], entries: dict[int, tuple[np.ndarray, int, np.ndarray]]) -> None:
+    """Write the node's cache file atomically (owner-only directory and file), every partition's rows
+    one after another; a run's first write removes the directories of other runs left untouched for a
+    day.  A failure only costs a recomputation."""
     run_dir = path.parent
+    partitions = sorted(entries)
+    sizes = [entries[p][0].shape[0] for p in partitions]
     try:
         if not run_dir.exists():
             run_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
@@ -193,7 +216,11 @@ def _write_cached(path: Path, key: dict[str, str], value: tuple[np.ndarray, int,
         fd, tmp = tempfile.mkstemp(dir=run_dir, suffix=".tmp")  # mode 0600
         try:
             with os.fdopen(fd, "wb") as out:
-                np.savez(out, features=value[0], clipped=np.int64(value[1]), response=value[2],
+                np.savez(out, partitions=np.asarray(partitions, dtype=np.int64),
+                         offsets=np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]),
+                         clipped=np.asarray([entries[p][1] for p in partitions], dtype=np.int64),
+                         features=np.concatenate([entries[p][0] for p in partitions]),
+                         response=np.concatenate([entries[p][2] for p in partitions]),
                          key=np.str_(json.dumps(key, sort_keys=True)))
             os.replace(tmp, path)
         except BaseException:
@@ -203,6 +230,59 @@ def _write_cached(path: Path, key: dict[str, str], value: tuple[np.ndarray, int,
         pass
 
 
+def _cache_key(context: Context, scenario: Scenario, digest: str) -> dict[str, str]:
+    from fdp_flower.clients.site import scenario_digest
+
+    known = _SCENARIO_DIGESTS.get(id(scenario))
+    if known is None or known[0] is not scenario:
+        if len(_SCENARIO_DIGESTS) >= 8:
+            _SCENARIO_DIGESTS.pop(next(iter(_SCENARIO_DIGESTS)))
+        known = _SCENARIO_DIGESTS[id(scenario)] = (scenario, scenario_digest(scenario))
+    path = context.node_config.get("data-path") or None
+    return {"basis": digest, "scenario": known[1], "data-path": str(path or "")}
+
+
+def _compute_features(context: Context, scenario: Scenario, partition: int,
+                      basis: FunctionalBasis) -> tuple[np.ndarray, int, np.ndarray]:
+    path = context.node_config.get("data-path") or None
+    try:
+        data = load_partition(scenario, partition, path)
+    except ValueError as exc:  # a deployment error names the partition
+        raise partition_data_error(partition, exc) from None
+    features, clipped = client_features(scenario, basis, data)
+    return features, int(clipped), data.response
+
+
+def _node_entries(context: Context, key: dict[str, str]) -> dict[int, tuple[np.ndarray, int, np.ndarray]]:
+    """The partitions of this node and ``key`` held in this process's memory."""
+    head, tail = (context.run_id, context.node_id), tuple(key.values())
+    return {k[2]: v for k, v in _PROCESS_CACHE.items() if k[:2] == head and k[3:] == tail}
+
+
+def load_node_features(context: Context, scenario: Scenario, partitions: list[int], basis: FunctionalBasis,
+                       digest: str) -> None:
+    """Bring ``partitions``' features into this process's memory: read the node's cache file once,
+    compute what it lacks and write the file once (a batched message's clients).  A partition whose
+    data cannot be read is left out; :func:`node_features` raises its error for that client alone."""
+    key = _cache_key(context, scenario, digest)
+    head, tail = (context.run_id, context.node_id), tuple(key.values())
+    missing = [p for p in partitions if (*head, p, *tail) not in _PROCESS_CACHE]
+    if not missing:
+        return
+    cache_file = feature_cache_file(context, key)
+    _remember({(*head, p, *tail): value for p, value in _read_cached(cache_file, key).items()})
+    computed = {}
+    for p in missing:
+        if (*head, p, *tail) not in _PROCESS_CACHE:
+            try:
+                computed[(*head, p, *tail)] = _compute_features(context, scenario, p, basis)
+            except ValueError:
+                continue
+    if computed:
+        _remember(computed)
+        _write_cached(cache_file, key, _node_entries(context, key))
+
+
 def node_features(context: Context, scenario: Scenario, partition: int, basis: FunctionalBasis,
                   digest: str) -> tuple[np.ndarray, int, np.ndarray]:
     """(features, rows clipped, responses) of ``partition`` on ``basis``: computed once per run and
@@ -210,24 +290,18 @@ def node_features(context: Context, scenario: Scenario, partition: int, basis: F
     (:func:`feature_cache_file`; a deployment starts a new ClientApp process per message).  Both
     are keyed by the basis digest, the scenario and the data file; neither leaves the node (only
     the noisy primal is replied) and the file is readable by the node's user only."""
-    from fdp_flower.clients.site import scenario_digest
-
-    path = context.node_config.get("data-path") or None
-    key = {"basis": digest, "scenario": scenario_digest(scenario), "data-path": str(path or "")}
+    key = _cache_key(context, scenario, digest)
     process_key = (context.run_id, context.node_id, partition, *key.values())
     if process_key in _PROCESS_CACHE:
         return _PROCESS_CACHE[process_key]
-    cache_file = feature_cache_file(context, partition, key)
-    value = _read_cached(cache_file, key)
-    if value is None:
-        try:
-            data = load_partition(scenario, partition, path)
-        except ValueError as exc:  # a deployment error names the partition
-            raise partition_data_error(partition, exc) from None
-        features, clipped = client_features(scenario, basis, data)
-        value = (features, int(clipped), data.response)
-        _write_cached(cache_file, key, value)
-    _remember(process_key, value)
+    cache_file = feature_cache_file(context, key)
+    stored = _read_cached(cache_file, key)
+    _remember({(context.run_id, context.node_id, p, *key.values()): value for p, value in stored.items()})
+    if partition in stored:
+        return stored[partition]
+    value = _compute_features(context, scenario, partition, basis)
+    _remember({process_key: value})
+    _write_cached(cache_file, key, {**stored, **_node_entries(context, key), partition: value})
     return value
 
 
@@ -266,9 +340,10 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     round_, rho = int(config["round"]), float(config["rho"]) if "rho" in config else None
     if BATCH_CLIENTS_KEY not in config:
         named = int(config["partition-id"]) if "partition-id" in config else None
-        records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
-                                  arrays["dual"], arrays["noisy_primal"], round_, rho)
-        return Message(content=RecordDict({**records, **site.records()}), reply_to=msg)
+        released, metrics = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
+                                            arrays["dual"], arrays["noisy_primal"], round_, rho)
+        return Message(content=RecordDict({"arrays": pack_arrays(noisy_primal=released),
+                                           "metrics": MetricRecord(metrics), **site.records()}), reply_to=msg)
     from flwr.common.constant import ErrorCode
 
     clients = [int(c) for c in config[BATCH_CLIENTS_KEY]]
@@ -276,18 +351,27 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     if duals.shape[0] != len(clients) or noisy_primals.shape[0] != len(clients):
         raise ValueError(f"a batched message for {len(clients)} clients carries {duals.shape[0]} duals and "
                          f"{noisy_primals.shape[0]} primals")
+    simulated = not data_source(scenario).node_local
+    partitions = []
+    for named in clients:
+        try:
+            partitions.append(node_partition(context, scenario, named, simulated=simulated))
+        except ValueError:
+            continue  # refused below, for this client alone
+    load_node_features(context, scenario, partitions, basis, digest)  # one cache file read (and write)
     released, metrics, errors = [], {}, {"partition-id": [], "code": [], "reason": []}
     for row, named in enumerate(clients):
         try:
-            records = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
-                                      duals[row], noisy_primals[row], round_, rho)
+            noisy_primal, client_metrics = _client_release(context, scenario, site, basis, digest, named,
+                                                           arrays["global_w"], duals[row], noisy_primals[row],
+                                                           round_, rho)
         except (*SITE_ERRORS, ValueError) as exc:  # this client is refused alone: nothing of it is released
             errors["partition-id"].append(named)
             errors["code"].append(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION))
             errors["reason"].append(" ".join(str(exc).split()))
             continue
-        released.append(records["arrays"]["noisy_primal"].numpy())
-        for key, value in records["metrics"].items():
+        released.append(noisy_primal)
+        for key, value in client_metrics.items():
             metrics.setdefault(key, []).append(value)
     dim = np.shape(arrays["global_w"])[0]
     content = {"arrays": pack_arrays(noisy_primals=np.reshape(released, (len(released), dim))),
@@ -299,8 +383,8 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
 
 def _client_release(context: Context, scenario: Scenario, site: SiteSession, basis: FunctionalBasis, digest: str,
                     named: int | None, global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
-                    round_: int, rho: float | None) -> dict:
-    """One client's release on this node: ``{"arrays": noisy primal, "metrics": public bookkeeping}``."""
+                    round_: int, rho: float | None) -> tuple[np.ndarray, dict]:
+    """One client's release on this node: (noisy primal, public bookkeeping)."""
     partition = node_partition(context, scenario, named, simulated=not data_source(scenario).node_local)
     features, clipped, response = node_features(context, scenario, partition, basis, digest)
     reply = fdp_admm_client_update(
@@ -310,4 +394,4 @@ def _client_release(context: Context, scenario: Scenario, site: SiteSession, bas
                "sensitivity": reply.sensitivity, "sigma": reply.sigma}
     if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:
         metrics["clipped-rows"] = reply.clipped_rows
-    return {"arrays": pack_arrays(noisy_primal=reply.noisy_primal), "metrics": MetricRecord(metrics)}
+    return reply.noisy_primal, metrics
