@@ -136,3 +136,50 @@ def test_a_batched_reply_leaving_a_client_out_fails_that_client_alone_and_charge
     assert [(f.round, f.client, f.charged) for f in strategy.failures] == [(3, 1, True)]
     assert "no release for client 1" in strategy.failures[0].reason
     assert len(strategy.ledger.releases) == sc.algorithm.rounds * 6
+
+
+def test_the_stacked_node_update_equals_each_client_alone_and_refuses_clients_alone():
+    """fdp_admm_node_update steps a node's clients as one stacked array operation: with unequal sizes
+    (a padded, masked stack) each client's release equals its own fdp_admm_client_update to rounding;
+    a client with a bad dual, or refused by the site when its noise is asked for, fails alone."""
+    from fdp_flower.algorithms.fdp_admm import plan
+    from fdp_flower.privacy.site_policy import SiteRefusal
+
+    sc = scenario(privacy={"enabled": True, "eps": 2.0, "delta": 1e-5}, data={"n_samples": 605})
+    basis = plan.build_basis(sc)
+    dim = basis.n_components
+    rng = np.random.default_rng(11)
+    global_w = rng.normal(size=dim)
+    clients, sizes = [], set()
+    for partition in range(6):
+        data = plan.load_partition(sc, partition)
+        features, clipped = plan.client_features(sc, basis, data)
+        sizes.add(features.shape[0])
+        clients.append(client_worker.NodeClient(partition, features, clipped, data.response,
+                                                rng.normal(size=dim), rng.normal(size=dim)))
+    assert len(sizes) > 1  # 605 curves on 6 clients: unequal slices
+    together = client_worker.fdp_admm_node_update(sc, basis, clients, global_w=global_w, round_=3)
+    for c, reply in zip(clients, together):
+        alone = client_worker.fdp_admm_client_update(
+            sc, c.partition, client_worker._Responses(c.response), basis, global_w=global_w, dual=c.dual,
+            noisy_primal=c.noisy_primal, round_=3, features=(c.features, c.clipped))
+        np.testing.assert_allclose(reply.noisy_primal, alone.noisy_primal, rtol=0, atol=1e-12)
+        assert (reply.partition, reply.num_examples, reply.sigma) == (alone.partition, alone.num_examples, alone.sigma)
+
+    clients[1] = client_worker.NodeClient(1, clients[1].features, 0, clients[1].response,
+                                          np.full(dim, np.nan), clients[1].noisy_primal)
+    asked = []
+
+    def noise(release):
+        asked.append(release.client)
+        if release.client == 4:
+            raise SiteRefusal("client 4: over the site's max-eps")
+        from fdp_flower.privacy.mechanisms import release_rng
+        return release_rng(sc.seed, release.client, release.round, "seeded")
+
+    replies = client_worker.fdp_admm_node_update(sc, basis, clients, global_w=global_w, round_=3, noise=noise)
+    assert isinstance(replies[1], ValueError) and "dual contains NaN" in str(replies[1])
+    assert isinstance(replies[4], SiteRefusal)
+    assert asked == [0, 2, 3, 4, 5]  # the bad client's noise is never asked for
+    for i in (0, 2, 3, 5):
+        np.testing.assert_array_equal(replies[i].noisy_primal, together[i].noisy_primal)

@@ -37,7 +37,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     noise_scales,
     primal_release,
 )
-from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.algorithms.fdp_admm.update import client_primal_step, stack_clients
 from fdp_flower.clients.common import node_partition, partition_data_error
 from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data
 from fdp_flower.functional.fpca import FunctionalBasis
@@ -89,34 +89,103 @@ def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: Func
     ledger); default ``release_rng(seed, partition, round, privacy.noise_source)``.  ``features``:
     (features, rows clipped) of :func:`~fdp_flower.algorithms.fdp_admm.plan.client_features` on
     ``data`` and ``basis``, if already computed (a node's cache); ``data`` then supplies the responses.
-    ``rho``: the round's penalty rho^l sent by the server (default ``algorithm.rho``); a private client
+    ``rho``: the round's penalty rho^l (default ``algorithm.rho``); a private client
     refuses any other, since its noise is calibrated for ``algorithm.rho`` (eq. (1.6)).
     """
-    dim = model_dim(scenario, basis)
-    for name, arr in (("global_w", global_w), ("dual", dual), ("noisy_primal", noisy_primal)):
-        if np.shape(arr) != (dim,):
-            raise ValueError(f"{name} must have shape ({dim},), got {np.shape(arr)}")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} contains NaN or infinite values")
     features, clipped = client_features(scenario, basis, data) if features is None else features
-    m = features.shape[0]
-    plan = noise_plan(scenario, basis)
+    (reply,) = fdp_admm_node_update(scenario, basis, [NodeClient(partition, features, clipped, data.response,
+                                                                 dual, noisy_primal)],
+                                    global_w=global_w, round_=round_, rho=rho, noise=noise)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+@dataclass(frozen=True)
+class NodeClient:
+    """One client a node runs in a round: its partition, cached features and the server's rows for it."""
+
+    partition: int
+    features: np.ndarray
+    clipped: int
+    response: np.ndarray
+    dual: np.ndarray
+    noisy_primal: np.ndarray
+
+
+def fdp_admm_node_update(scenario: Scenario, basis: FunctionalBasis, clients: list[NodeClient], *,
+                         global_w: np.ndarray, round_: int, rho: float | None = None,
+                         noise: Callable[[GaussianRelease], np.random.Generator] | None = None,
+                         ) -> list[ClientReply | Exception]:
+    """:func:`fdp_admm_client_update` for every client a node hosts, their steps (eq. (1.2)) as one
+    array operation (the in-process engine's stacked form), each client's noise from its own release
+    (``noise``, called client by client after all steps are computed).  Returns one entry per client:
+    its reply, or the ``ValueError`` / site refusal that stops it alone (nothing of it is released)."""
+    dim = model_dim(scenario, basis)
+    plan = _noise_plan(scenario, basis)
     rho = scenario.algorithm.rho if rho is None else float(rho)
-    if not (np.isfinite(rho) and rho > 0):
-        raise ValueError(f"rho must be finite and > 0, got {rho}")
-    eta, sensitivity, sigma = plan.release(round_, m, rho)  # a private plan refuses rho != algorithm.rho
-    primal = client_primal_step(objective=build_objective(scenario), noisy_primal=noisy_primal,
-                                global_w=global_w, dual=dual, features=features, response=data.response,
-                                eta=float(eta), rho=rho)
-    if sigma is None:
-        released, sigma_value = primal, 0.0
-    else:
-        scales = noise_scales(scenario, basis)
-        rng = (release_rng(scenario.seed, partition, round_, scenario.privacy.noise_source) if noise is None
-               else noise(primal_release(partition, round_, float(sensitivity), float(sigma))))
-        released = add_gaussian_noise(primal, float(sigma), rng, scales)
-        sigma_value = float(sigma)
-    return ClientReply(released, partition, m, float(eta), float(sensitivity), sigma_value, clipped)
+    out: list[ClientReply | Exception | None] = [None] * len(clients)
+    try:
+        _check_vector("global_w", global_w, dim)
+        if not (np.isfinite(rho) and rho > 0):
+            raise ValueError(f"rho must be finite and > 0, got {rho}")
+    except ValueError as exc:
+        return [exc] * len(clients)
+    ready, releases = [], []
+    for j, c in enumerate(clients):
+        try:
+            _check_vector("dual", c.dual, dim)
+            _check_vector("noisy_primal", c.noisy_primal, dim)
+            releases.append(plan.release(round_, c.features.shape[0], rho))  # a private plan refuses rho != algorithm.rho
+            ready.append(j)
+        except ValueError as exc:
+            out[j] = exc
+    if ready:
+        features, response, mask = stack_clients([clients[j].features for j in ready],
+                                                 [clients[j].response for j in ready])
+        primals = client_primal_step(
+            objective=build_objective(scenario), features=features, response=response, mask=mask,
+            noisy_primal=np.stack([clients[j].noisy_primal for j in ready]), global_w=np.asarray(global_w)[None, :],
+            dual=np.stack([clients[j].dual for j in ready]), rho=rho,
+            eta=np.array([float(r[0]) for r in releases])[:, None])
+        scales = None if releases[0][2] is None else noise_scales(scenario, basis)
+        for j, primal, (eta, sensitivity, sigma) in zip(ready, primals, releases):
+            c = clients[j]
+            try:
+                if sigma is None:
+                    released, sigma_value = primal, 0.0
+                else:
+                    rng = (release_rng(scenario.seed, c.partition, round_, scenario.privacy.noise_source)
+                           if noise is None else
+                           noise(primal_release(c.partition, round_, float(sensitivity), float(sigma))))
+                    released, sigma_value = add_gaussian_noise(primal, float(sigma), rng, scales), float(sigma)
+            except (*SITE_ERRORS, ValueError) as exc:
+                out[j] = exc
+                continue
+            out[j] = ClientReply(released, c.partition, c.features.shape[0], float(eta), float(sensitivity),
+                                 sigma_value, c.clipped)
+    return out
+
+
+def _check_vector(name: str, arr, dim: int) -> None:
+    if np.shape(arr) != (dim,):
+        raise ValueError(f"{name} must have shape ({dim},), got {np.shape(arr)}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+
+
+#: (id(scenario), id(basis)) -> (scenario, basis, plan): a node's clients of one message share one plan
+#: (its calibration and its per-(round, m) releases are computed once)
+_PLANS: dict[tuple[int, int], tuple[Scenario, FunctionalBasis, object]] = {}
+
+
+def _noise_plan(scenario: Scenario, basis: FunctionalBasis):
+    known = _PLANS.get((id(scenario), id(basis)))
+    if known is None or known[0] is not scenario or known[1] is not basis:
+        if len(_PLANS) >= 4:
+            _PLANS.pop(next(iter(_PLANS)))
+        known = _PLANS[id(scenario), id(basis)] = (scenario, basis, noise_plan(scenario, basis))
+    return known[2]
 
 
 class BasisMissing(RuntimeError):
@@ -319,7 +388,8 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
 
     A batched message (config :data:`~fdp_flower.wire.BATCH_CLIENTS_KEY`: a node hosting several
     simulated clients; row j of its ``duals`` and ``noisy_primals`` is client ``partition-ids[j]``)
-    runs each client's unchanged update in turn and replies once: the released rows of
+    runs its clients' updates (:func:`fdp_admm_node_update`: one stacked step, then each client's noise
+    from its own release) and replies once: the released rows of
     ``noisy_primals`` with one list per metric (``partition-id`` naming each row), and the clients it
     refused (bad data, the site's policy) in an ``errors`` record (``partition-id``, ``code``,
     ``reason`` lists); the others still release."""
@@ -352,27 +422,36 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
         raise ValueError(f"a batched message for {len(clients)} clients carries {duals.shape[0]} duals and "
                          f"{noisy_primals.shape[0]} primals")
     simulated = not data_source(scenario).node_local
-    partitions = []
-    for named in clients:
-        try:
-            partitions.append(node_partition(context, scenario, named, simulated=simulated))
-        except ValueError:
-            continue  # refused below, for this client alone
-    load_node_features(context, scenario, partitions, basis, digest)  # one cache file read (and write)
-    released, metrics, errors = [], {}, {"partition-id": [], "code": [], "reason": []}
+    refused: dict[int, Exception] = {}  # row -> why that client is refused (nothing of it is released)
+    partitions: dict[int, int] = {}
     for row, named in enumerate(clients):
         try:
-            noisy_primal, client_metrics = _client_release(context, scenario, site, basis, digest, named,
-                                                           arrays["global_w"], duals[row], noisy_primals[row],
-                                                           round_, rho)
-        except (*SITE_ERRORS, ValueError) as exc:  # this client is refused alone: nothing of it is released
-            errors["partition-id"].append(named)
-            errors["code"].append(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION))
-            errors["reason"].append(" ".join(str(exc).split()))
+            partitions[row] = node_partition(context, scenario, named, simulated=simulated)
+        except ValueError as exc:
+            refused[row] = exc
+    load_node_features(context, scenario, list(partitions.values()), basis, digest)  # one cache file read (and write)
+    hosted: dict[int, NodeClient] = {}
+    for row, partition in partitions.items():
+        try:
+            features, clipped, response = node_features(context, scenario, partition, basis, digest)
+        except (*SITE_ERRORS, ValueError) as exc:
+            refused[row] = exc
             continue
-        released.append(noisy_primal)
-        for key, value in client_metrics.items():
+        hosted[row] = NodeClient(partition, features, clipped, response, duals[row], noisy_primals[row])
+    replies = fdp_admm_node_update(scenario, basis, list(hosted.values()), global_w=arrays["global_w"],
+                                   round_=round_, rho=rho, noise=site.noise_for)
+    released, metrics, errors = [], {}, {"partition-id": [], "code": [], "reason": []}
+    for row, reply in zip(hosted, replies):
+        if isinstance(reply, Exception):
+            refused[row] = reply
+            continue
+        released.append(reply.noisy_primal)
+        for key, value in _metrics_of(scenario, reply).items():
             metrics.setdefault(key, []).append(value)
+    for row in sorted(refused):
+        errors["partition-id"].append(clients[row])
+        errors["code"].append(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION))
+        errors["reason"].append(" ".join(str(refused[row]).split()))
     dim = np.shape(arrays["global_w"])[0]
     content = {"arrays": pack_arrays(noisy_primals=np.reshape(released, (len(released), dim))),
                "metrics": MetricRecord(metrics)}
@@ -390,8 +469,13 @@ def _client_release(context: Context, scenario: Scenario, site: SiteSession, bas
     reply = fdp_admm_client_update(
         scenario, partition, _Responses(response), basis, global_w=global_w, dual=dual, noisy_primal=noisy_primal,
         round_=round_, rho=rho, noise=site.noise_for, features=(features, clipped))
+    return reply.noisy_primal, _metrics_of(scenario, reply)
+
+
+def _metrics_of(scenario: Scenario, reply: ClientReply) -> dict:
+    """A release's public bookkeeping (the rows clipped only if the scenario reports them)."""
     metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,
                "sensitivity": reply.sensitivity, "sigma": reply.sigma}
     if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:
         metrics["clipped-rows"] = reply.clipped_rows
-    return reply.noisy_primal, metrics
+    return metrics

@@ -27,7 +27,7 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     round_rho,
 )
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
-from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.algorithms.fdp_admm.update import client_primal_step, stack_clients
 from fdp_flower.functional.federated_fpca import FPCA_ROUND, basis_releases
 from fdp_flower.outputs.release_journal import append_requests, journal_path, releases_after
 from fdp_flower.outputs.results import RunResult
@@ -35,20 +35,6 @@ from fdp_flower.privacy import BudgetExhausted, BudgetGuard
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
 
 log = logging.getLogger(__name__)
-
-
-def stack_clients(features: list[np.ndarray], responses: list[np.ndarray]):
-    """(M, m_max, K) features, (M, m_max) responses and a mask (None when sizes are equal)."""
-    sizes = [len(y) for y in responses]
-    if len(set(sizes)) == 1:
-        return np.stack(features), np.stack(responses), None
-    m_max, dim = max(sizes), features[0].shape[1]
-    f = np.zeros((len(sizes), m_max, dim))
-    y = np.zeros((len(sizes), m_max))
-    mask = np.zeros((len(sizes), m_max))
-    for i, (a, r) in enumerate(zip(features, responses)):
-        f[i, : len(r)], y[i, : len(r)], mask[i, : len(r)] = a, r, 1.0
-    return f, y, mask
 
 
 def accounting_delta(scenario: Scenario) -> float:

@@ -14,6 +14,7 @@ Flower's server-side evaluation (``evaluate_fn`` of :meth:`Strategy.start`,
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
@@ -74,6 +75,12 @@ from fdp_flower.wire import (
     pack_arrays,
     unpack_arrays,
 )
+
+
+def _close(reported: float, planned: float) -> bool:
+    """|reported - planned| <= 1e-9 |planned| (``np.isclose(reported, planned, rtol=1e-9, atol=0)`` for
+    scalars, without its array overhead: checked for every client and round)."""
+    return abs(reported - planned) <= 1e-9 * abs(planned)
 
 
 def _error_reply_failure(code: int, reason: str) -> FederationError:
@@ -144,6 +151,7 @@ class FDPADMMStrategy(Strategy):
         self.evaluate_state = evaluate_state
         self.ledger = PrivacyLedger()
         self.history: list[dict] = []
+        self._round_started = time.monotonic()  # reset by each configure_train (round time in the log)
         self.node_of_client: dict[int, int] = {}
         self.sample_sizes: dict[int, int] = {}
         self.clipped_rows: dict[int, int] = {}
@@ -221,6 +229,7 @@ class FDPADMMStrategy(Strategy):
         server_round += self.round_offset  # a resumed run continues the round numbering
         if self.stop_reason is not None:
             raise RunConverged(self.stop_reason)
+        self._round_started = time.monotonic()
         node_ids = sorted(grid.get_node_ids())
         if not node_ids:
             raise FederationError(f"round {server_round}: no nodes connected")
@@ -268,11 +277,11 @@ class FDPADMMStrategy(Strategy):
         if m < 1:
             raise FederationError(f"client {client}: num-examples {m} < 1")
         eta, sensitivity, sigma = self.plan.release(server_round, m, round_rho(self.scenario, self.state))
-        if not np.isclose(float(metrics["sensitivity"]), float(sensitivity), rtol=1e-9, atol=0):
+        if not _close(float(metrics["sensitivity"]), float(sensitivity)):
             raise FederationError(f"client {client}: reported sensitivity does not match the scenario")
         if sigma is None:
             return None
-        if not np.isclose(float(metrics["sigma"]), float(sigma), rtol=1e-9, atol=0):
+        if not _close(float(metrics["sigma"]), float(sigma)):
             raise FederationError(f"client {client}: noise sigma {metrics['sigma']} != calibrated {float(sigma)}")
         return primal_release(client, server_round, sensitivity, sigma)
 
@@ -464,7 +473,7 @@ class FDPADMMStrategy(Strategy):
         self.state, control = server_after_round(self.scenario.algorithm, previous, self.state, rho)  # (1.15)-(1.17)
         if control.stop:
             self.stop_reason = converged_reason(server_round)
-        eta = np.mean([self.plan.step_size(server_round, self.sample_sizes[i]) for i in primals])
+        eta = np.mean(self.plan.step_size(server_round, np.array([self.sample_sizes[i] for i in primals], dtype=float)))
         row = {"round": server_round, "eta_mean": float(eta), **control.row()}
         if self.evaluate_state is not None:
             row.update(self.evaluate_state(self.state))
@@ -474,6 +483,8 @@ class FDPADMMStrategy(Strategy):
         self.history.append(row)
         if self.on_round is not None:
             self.on_round(self)
+        log(INFO, "fdp-flower: round %d/%d done in %.3fs", server_round, self.scenario.algorithm.rounds,
+            time.monotonic() - self._round_started)
         return pack_arrays(global_w=self.state.global_w), None  # metrics: server-side, see evaluate_fn
 
     def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:

@@ -57,6 +57,7 @@ def main(grid: Grid, context: Context) -> None:
         hosted.setdefault(nodes[c % len(nodes)], []).append(c)
     for r in range(1, rounds + 1):
         log(INFO, "[ROUND %d/%d]", r, rounds)
+        round_started = time.monotonic()
         messages = []
         for node, carried in hosted.items():  # one message per node, carrying every client it hosts
             extra = {} if node in sent_basis else basis
@@ -75,6 +76,7 @@ def main(grid: Grid, context: Context) -> None:
                        short_poll(grid, messages, timeout=600))
         if len(replies) != len(messages):
             raise RuntimeError(f"round {r}: {len(replies)} of {len(messages)} replies")
+        log(INFO, "floor: round %d/%d done in %.3fs", r, rounds, time.monotonic() - round_started)
     log(INFO, "floor: %d rounds finished in %.3fs", rounds, time.monotonic() - started)
 
 

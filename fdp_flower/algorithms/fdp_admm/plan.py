@@ -220,9 +220,23 @@ class NoisePlan:
                              f"(got {lam1}); build the plan with noise_plan(scenario, basis)")
         return 1.0 / (self.scenario.model.clip_c1 ** 2 * float(lam1))
 
+    @cached_property
+    def _scalar_releases(self) -> dict[tuple, tuple]:
+        """(round, m, rho) -> :meth:`release` for one client size (a round's clients mostly share m)."""
+        return {}
+
     def release(self, round_: int, m, rho: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(eta, sensitivity, sigma) of round ``round_`` for clients of sizes ``m``; sigma None if not private.
         ``rho``: the round's penalty rho^l (default ``algorithm.rho``; a private run always uses that one)."""
+        if np.ndim(m) == 0:
+            key = (int(round_), float(m), None if rho is None else float(rho))
+            known = self._scalar_releases.get(key)
+            if known is None:
+                known = self._scalar_releases[key] = self._release(round_, m, rho)
+            return known
+        return self._release(round_, m, rho)
+
+    def _release(self, round_: int, m, rho: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         eta = self.step_size(round_, m)
         rho = self.scenario.algorithm.rho if rho is None else float(rho)
         if self.private and rho != self.scenario.algorithm.rho:

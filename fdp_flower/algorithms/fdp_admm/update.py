@@ -36,6 +36,20 @@ class Objective:
                 + (self.lam / self.num_clients) * self.penalty.value(w))
 
 
+def stack_clients(features: list[np.ndarray], responses: list[np.ndarray]):
+    """(M, m_max, K) features, (M, m_max) responses and a mask (None when sizes are equal)."""
+    sizes = [len(y) for y in responses]
+    if len(set(sizes)) == 1:
+        return np.stack(features), np.stack(responses), None
+    m_max, dim = max(sizes), features[0].shape[1]
+    f = np.zeros((len(sizes), m_max, dim))
+    y = np.zeros((len(sizes), m_max))
+    mask = np.zeros((len(sizes), m_max))
+    for i, (a, r) in enumerate(zip(features, responses)):
+        f[i, : len(r)], y[i, : len(r)], mask[i, : len(r)] = a, r, 1.0
+    return f, y, mask
+
+
 def client_primal_step(*, objective: Objective, noisy_primal, global_w, dual, features, response,
                        eta, rho, mask=None) -> np.ndarray:
     """Linearized local update, docs/algorithms.md, eq. (1.2) (Zhou & Xiang 2022, eq. in Sec. 5.1):
