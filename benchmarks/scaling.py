@@ -289,7 +289,7 @@ def notes_of(rows: list[dict]) -> list[str]:
         "one message per SuperNode and round carrying every client the node hosts (ceil(M / 3) on the busiest "
         "node), so a round costs one message cycle per node whatever M; the column `ClientApp (s)` is the mean "
         "lifetime of those processes (sampled every 0.2 s): the per-message cost plus, for fdp-flower, the "
-        "updates of the node's clients, one after another.",
+        "updates of the node's clients.",
     ]
     for n in (100_000, 1_000_000):
         ours, floor = find(rows, "loopback", "fdp", n, 10, 3), find(rows, "loopback", "floor", n, 10, 3)
@@ -299,18 +299,19 @@ def notes_of(rows: list[dict]) -> list[str]:
                          f"{floor['clientapps']}), one message a node a round, against a measured round "
                          f"difference of {ours['round_s'] - floor['round_s']:+.2f} s.")
     notes.append(
-        "What a message costs fdp-flower on top of the floor, measured apart from this run in one emulated "
-        "`flwr-clientapp` process on this machine at load ~1 (the node's cache warm, TMPDIR on a tmpfs): importing "
-        "Flower 0.41 s for both; extracting and checking the app bundle 0.014 s vs 0.001 s (0.2 s on the ext4 disk); "
-        "importing the ClientApp 0.031 s vs 0.001 s; handling the message 0.049 s vs 0.001 s (importing the FDP-ADMM "
-        "worker 23 ms, 11 ms of it compiling sources because this environment sets PYTHONDONTWRITEBYTECODE=1; the "
-        "scenario 6 ms; cache file, step and noise 18 ms): about 0.09 s a message, paid once per node and round "
-        "since a node's clients travel in one message, plus each client's update (cache file, step, noise); "
-        "in round 1 each node also generates and projects its clients' slices (0.34 s a client at n = 1e6, "
-        "M = 10). Two costs this issue removed: the node's features no longer travel in `context.state`, which "
-        "Flower copies into and out of every ClientApp process (3.5 MB a message at n = 1e5, M = 10 and 35 MB at "
-        "n = 1e6, whose serialization alone took 0.53 s a copy at load ~9), and a node simulating its slice no "
-        "longer imports scipy.stats (1.5-3.5 s per process under load) for the t(3) quantile.")
+        "What a message costs fdp-flower on top of the floor: its ClientApp's own part (importing the ClientApp; "
+        "handling the message: the scenario, the worker's import, one read of the node's feature-cache file, every "
+        "hosted client's step as one stacked array operation and each client's noise) is measured apart, in "
+        "emulated `flwr-clientapp` processes, by `python benchmarks/message_cost.py` "
+        "([message_cost.md](message_cost.md)). Flower's part, measured apart earlier (load ~1): importing Flower "
+        "0.41 s for both apps; extracting and checking the app bundle 0.014 s vs 0.001 s on a tmpfs (0.2 s on the "
+        "ext4 disk). Three costs this issue removed: the node's features no longer travel in `context.state`, "
+        "which Flower copies into and out of every ClientApp process (3.5 MB a message at n = 1e5, M = 10 and "
+        "35 MB at n = 1e6, whose serialization alone took 0.53 s a copy at load ~9); a node simulating its slice "
+        "no longer imports scipy.stats (1.5-3.5 s per process under load) for the t(3) quantile; and a node "
+        "hosting hundreds of clients reads one cache file and steps them together (334 clients at n = 1e5: "
+        "0.21 s a message with one file and one step per client, 0.012 s now, in one emulated process at load "
+        "~0.5).")
     notes.append(
         "Rows ran in the order listed, each fdp-flower row right before its floor (the same load); between such "
         "a pair a loopback round still varies by seconds on a shared machine.")
