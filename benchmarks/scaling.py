@@ -382,7 +382,9 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
 
 def plan_cases(quick: bool, loopback_only: bool = False) -> list[tuple]:
     """(kind, app, variant, n, M, nodes, rounds) in the order they run, ours next to its floor (the same
-    load).  Flower rounds: 3 (round 1 and the mean of rounds 2-3 are reported apart).
+    load).  Flower rounds: 8 in simulation and 6 in a loopback deployment (round 1 and the mean of the
+    later rounds are reported apart: a later round's time is quantized by Flower's own polls -- the
+    simulation runtime's, and a SuperNode's 3 s sleep after an empty pull -- so it takes several to average).
     ``loopback_only``: the loopback rows n = 1e5, M = 10 and 100 alone (4 rounds)."""
     if loopback_only:
         return [("loopback", app, "", 100_000, m, 3, 4) for m in (10, 100) for app in ("fdp", "floor")]
@@ -390,19 +392,20 @@ def plan_cases(quick: bool, loopback_only: bool = False) -> list[tuple]:
         return [("inprocess", "fdp", "", 10_000, 10, None, 10),
                 ("loopback", "fdp", "", 10_000, 10, 3, 3), ("loopback", "floor", "", 10_000, 10, 3, 3),
                 ("simulation", "fdp", "", 10_000, 10, 2, 3), ("simulation", "floor", "", 10_000, 10, 2, 3)]
-    sizes = (100_000, 1_000_000)
+    sizes, sim, loop = (100_000, 1_000_000), 8, 6
     cases = [("inprocess", "fdp", "", n, m, None, 30) for n in sizes for m in (10, 100, 1000)]
-    cases += [("loopback", "fdp", "", 100_000, 10, 3, 3), ("loopback", "floor", "", 100_000, 10, 3, 3),
-              ("loopback", "floor", "superexec-0.2", 100_000, 10, 3, 3),
-              ("loopback", "fdp", "disk-tmp", 100_000, 10, 3, 3), ("loopback", "floor", "disk-tmp", 100_000, 10, 3, 3),
-              ("loopback", "fdp", "", 1_000_000, 10, 3, 3), ("loopback", "floor", "", 1_000_000, 10, 3, 3)]
+    cases += [("loopback", "fdp", "", 100_000, 10, 3, loop), ("loopback", "floor", "", 100_000, 10, 3, loop),
+              ("loopback", "floor", "superexec-0.2", 100_000, 10, 3, loop),
+              ("loopback", "fdp", "disk-tmp", 100_000, 10, 3, loop),
+              ("loopback", "floor", "disk-tmp", 100_000, 10, 3, loop),
+              ("loopback", "fdp", "", 1_000_000, 10, 3, loop), ("loopback", "floor", "", 1_000_000, 10, 3, loop)]
     for m in (10, 100, 1000):
         for n in sizes:
             for nodes in (2, 10):
-                cases += [("simulation", "fdp", "", n, m, nodes, 3), ("simulation", "floor", "", n, m, nodes, 3)]
+                cases += [("simulation", "fdp", "", n, m, nodes, sim), ("simulation", "floor", "", n, m, nodes, sim)]
         if m > 10:
             for n in sizes:
-                cases += [("loopback", "fdp", "", n, m, 3, 3), ("loopback", "floor", "", n, m, 3, 3)]
+                cases += [("loopback", "fdp", "", n, m, 3, loop), ("loopback", "floor", "", n, m, 3, loop)]
     return cases
 
 
