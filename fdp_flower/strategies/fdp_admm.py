@@ -392,6 +392,7 @@ class FDPADMMStrategy(Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         server_round += self.round_offset  # a resumed run continues the round numbering
+        replied_after = time.monotonic() - self._round_started
         replies = list(replies)
         dim = self.dim
         primals: dict[int, np.ndarray] = {}
@@ -483,8 +484,8 @@ class FDPADMMStrategy(Strategy):
         self.history.append(row)
         if self.on_round is not None:
             self.on_round(self)
-        log(INFO, "fdp-flower: round %d/%d done in %.3fs", server_round, self.scenario.algorithm.rounds,
-            time.monotonic() - self._round_started)
+        log(INFO, "fdp-flower: round %d/%d done in %.3fs (replies collected after %.3fs)", server_round,
+            self.scenario.algorithm.rounds, time.monotonic() - self._round_started, replied_after)
         return pack_arrays(global_w=self.state.global_w), None  # metrics: server-side, see evaluate_fn
 
     def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
