@@ -319,7 +319,7 @@ def notes_of(rows: list[dict]) -> list[str]:
         "Both apps collect a round's replies with the same short poll (pulls 0, 0.01, 0.03, 0.07, 0.15, 0.25, ... s "
         "after the push, then every 0.1 s), so a simulation round's time is quantized: replies that arrive 0.08 s "
         "after the push are collected at 0.15 s. fdp-flower's log line for each round says when its replies were "
-        "collected (\"round 3/16 done in 0.177s (replies collected after 0.152s)\"). A finer poll (0.005 s "
+        "collected (\"round 3/30 done in 0.177s (replies collected after 0.152s)\"). A finer poll (0.005 s "
         "doubling to 0.04 s) was tried on n = 1e6, M = 100, 10 SuperNodes: the floor's rounds took 0.08-0.12 s instead of 0.07-0.15 "
         "s, fdp-flower's 0.18-0.23 s instead of 0.10-0.19 s (the extra pulls compete with the "
         "ClientApp workers for the 2 cores); not adopted.")
@@ -390,7 +390,7 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
 
 def plan_cases(quick: bool, loopback_only: bool = False) -> list[tuple]:
     """(kind, app, variant, n, M, nodes, rounds) in the order they run, ours next to its floor (the same
-    load).  Flower rounds: 16 in simulation and 6 in a loopback deployment (round 1 and the mean of the
+    load).  Flower rounds: 30 in simulation and 6 in a loopback deployment (round 1 and the mean of the
     later rounds are reported apart: a later round's time is quantized by Flower's own polls -- the
     simulation runtime's, and a SuperNode's 3 s sleep after an empty pull -- so it takes several to average).
     ``loopback_only``: the loopback rows n = 1e5, M = 10 and 100 alone (4 rounds)."""
@@ -400,7 +400,7 @@ def plan_cases(quick: bool, loopback_only: bool = False) -> list[tuple]:
         return [("inprocess", "fdp", "", 10_000, 10, None, 10),
                 ("loopback", "fdp", "", 10_000, 10, 3, 3), ("loopback", "floor", "", 10_000, 10, 3, 3),
                 ("simulation", "fdp", "", 10_000, 10, 2, 3), ("simulation", "floor", "", 10_000, 10, 2, 3)]
-    sizes, sim, loop = (100_000, 1_000_000), 16, 6
+    sizes, sim, loop = (100_000, 1_000_000), 30, 6
     cases = [("inprocess", "fdp", "", n, m, None, 30) for n in sizes for m in (10, 100, 1000)]
     cases += [("loopback", "fdp", "", 100_000, 10, 3, loop), ("loopback", "floor", "", 100_000, 10, 3, loop),
               ("loopback", "floor", "superexec-0.2", 100_000, 10, 3, loop),

@@ -200,14 +200,28 @@ def node_basis(context: Context, arrays: dict[str, np.ndarray], digest: str | No
         own = basis_digest(sent)
         if digest is not None and own != digest:
             raise ValueError(f"the basis arrays do not match the message's {BASIS_DIGEST_KEY}")
-        basis = FunctionalBasis.from_arrays(sent)
+        basis = _remember_basis(own, FunctionalBasis.from_arrays(sent))
         context.state[_BASIS_STATE] = pack_arrays(**sent)
         context.state[_BASIS_STATE + "-digest"] = ConfigRecord({"digest": own})
         return basis
     if _BASIS_STATE not in context.state or (
             digest is not None and context.state[_BASIS_STATE + "-digest"]["digest"] != digest):
         raise BasisMissing(f"{BASIS_MISSING}: this node does not hold the run's basis {digest}")
-    return FunctionalBasis.from_arrays(unpack_arrays(context.state[_BASIS_STATE]))
+    held = str(context.state[_BASIS_STATE + "-digest"]["digest"])
+    known = _BASES.get(held)  # this process has built it already (a simulation worker serves many messages)
+    return known if known is not None else _remember_basis(
+        held, FunctionalBasis.from_arrays(unpack_arrays(context.state[_BASIS_STATE])))
+
+
+#: basis digest -> the basis, built once per process (the node's state still decides whether it is held)
+_BASES: dict[str, FunctionalBasis] = {}
+
+
+def _remember_basis(digest: str, basis: FunctionalBasis) -> FunctionalBasis:
+    if len(_BASES) >= 4:
+        _BASES.pop(next(iter(_BASES)))
+    _BASES[digest] = basis
+    return basis
 
 
 #: This process's features, keyed by (run, node, partition, basis, scenario, data file): a ClientApp

@@ -342,8 +342,9 @@ class FDPADMMStrategy(Strategy):
                 raise FederationError(f"batched reply names clients {sorted(set(ids + refused_ids) - set(clients))} "
                                       "it was not sent")
             out: list[tuple[int | None, tuple[Mapping, dict, dict | None] | FederationError]] = []
+            columns = {k: list(v) for k, v in metrics.items()}
             for row, c in enumerate(ids):  # a client named twice is caught by _accept as a duplicate
-                out.append((c, ({k: v[row] for k, v in metrics.items()},
+                out.append((c, ({k: v[row] for k, v in columns.items()},
                                 {"noisy_primal": arrays["noisy_primals"][row]}, site)))
             for c, code, reason in zip(refused_ids, refused["code"], refused["reason"]):
                 out.append((c, _error_reply_failure(int(code), str(reason))))
