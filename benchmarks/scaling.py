@@ -426,6 +426,53 @@ def select_cases(cases: list[tuple], patterns: list[str]) -> list[tuple]:
     return [c for c in cases if any(matches(c, p) for p in patterns)]
 
 
+def goal_ratios(rows: list[dict]) -> dict[tuple, tuple[float, float]]:
+    """(kind, n, M, nodes) -> (all rounds, later rounds) of fdp-flower's round over its goal's bound."""
+    out = {}
+    for r in rows:
+        ours, n, m, nodes = r["result"], r["n"], r["M"], r.get("nodes")
+        if r["app"] != "fdp" or r["kind"] == "inprocess" or r["variant"] or "round_s" not in ours:
+            continue
+        floor = find(rows, r["kind"], "floor", n, m, nodes)
+        base = find(rows, "inprocess", "fdp", n, m) if r["kind"] == "simulation" else {"round_s": 0.5}
+        if "round_s" not in floor or "round_s" not in base:
+            continue
+        extra = 2 * base["round_s"]  # simulation: 2 x the in-process round; loopback: 1 s
+        later = (ours.get("later_round_s", float("nan")) / (extra + floor["later_round_s"])
+                 if "later_round_s" in floor else float("nan"))
+        out[r["kind"], n, m, nodes] = (ours["round_s"] / (extra + floor["round_s"]), later)
+    return out
+
+
+def write_ratios(path: Path, runs: list[Path]) -> None:
+    """One table of every goal's ratio (fdp-flower's round / its bound; <= 1 meets it) over several runs."""
+    tables = []
+    for run in runs:
+        records = [json.loads(line) for line in run.read_text().splitlines() if line.startswith("{")]
+        tables.append(goal_ratios([r for r in records if "result" in r]))
+    cells = sorted(set().union(*tables), key=lambda c: (c[0] != "simulation", c[2], c[1], c[3]))
+    lines = ["# Scaling goals over several runs", "",
+             f"`python benchmarks/scaling.py --ratios {' '.join(str(r.relative_to(ROOT)) for r in runs)}`: each goal "
+             "as fdp-flower's round divided by its bound (simulation: 2 x the in-process round + the floor's round; "
+             "loopback: the floor's round + 1 s), all rounds / rounds 2 to L; <= 1 meets the goal. Each run is one "
+             "full `python benchmarks/scaling.py` (the rows files), on the same shared 2-core machine.", "",
+             "| runtime | n | M | SuperNodes | " + " | ".join(f"{r.name} (all / 2+)" for r in runs) + " | mean of the runs (all / 2+) |",
+             "|---|---|---|---|" + "---|" * (len(runs) + 1)]
+    for cell in cells:
+        kind, n, m, nodes = cell
+        values = [t.get(cell) for t in tables]
+        shown = [f"{v[0]:.2f} / {v[1]:.2f}" if v else "-" for v in values]
+        got = [v for v in values if v]
+        mean = (sum(v[0] for v in got) / len(got), sum(v[1] for v in got) / len(got)) if got else None
+        lines.append(f"| {kind} | {n:.0e} | {m} | {nodes} | " + " | ".join(shown) +
+                     (f" | {mean[0]:.2f} / {mean[1]:.2f} |" if mean else " | - |"))
+    over = [(cell, i) for cell in cells for i, t in enumerate(tables) if cell in t and max(t[cell]) > 1]
+    lines += ["", f"Ratios above 1: {len(over)} of {2 * sum(len(t) for t in tables)}"
+              + ("" if not over else " (" + "; ".join(f"{runs[i].name}: {c[0]} n = {c[1]:.0e}, M = {c[2]}, {c[3]} nodes"
+                                                        for c, i in over) + ")") + ".", ""]
+    path.write_text("\n".join(lines))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small smoke version")
@@ -436,6 +483,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=Path, help="re-write the report from a run's printed rows (JSON lines)")
     parser.add_argument("--select", nargs="+", metavar="KIND:N:M",
                         help="run only these cases, e.g. loopback:1e5:1000 simulation:*:1000 (report: scaling_selected.md)")
+    parser.add_argument("--ratios", nargs="+", type=Path, metavar="ROWS",
+                        help="the goals' ratios over several runs' rows files (benchmarks/results/scaling_runs.md)")
     parser.add_argument("--child", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -443,6 +492,10 @@ def main(argv=None) -> int:
         return 0
     out = RESULTS / ("scaling_quick.md" if args.quick else "scaling_batched.md" if args.loopback_only
                      else "scaling_selected.md" if args.select else "scaling.md")
+    if args.ratios:
+        write_ratios(RESULTS / "scaling_runs.md", [r.resolve() for r in args.ratios])
+        print(f"wrote {RESULTS / 'scaling_runs.md'}")
+        return 0
     if args.rows:
         records = [json.loads(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
         meta = next(r["meta"] for r in records if "meta" in r)
