@@ -174,18 +174,25 @@ def _check_vector(name: str, arr, dim: int) -> None:
         raise ValueError(f"{name} contains NaN or infinite values")
 
 
-#: (id(scenario), id(basis)) -> (scenario, basis, plan): a node's clients of one message share one plan
+#: (id(scenario), id(basis)) -> ((scenario, basis), plan): a node's clients of one message share one plan
 #: (its calibration and its per-(round, m) releases are computed once)
-_PLANS: dict[tuple[int, int], tuple[Scenario, FunctionalBasis, object]] = {}
+_PLANS: dict[tuple[int, ...], tuple[tuple, object]] = {}
+
+
+def _per_objects(store: dict, objects: tuple, make: Callable[[], object], limit: int):
+    """``make()`` once per tuple of live ``objects`` (matched by identity, held so that their ids stay
+    theirs); the oldest entry is dropped beyond ``limit``."""
+    key = tuple(id(o) for o in objects)
+    known = store.get(key)
+    if known is None or any(a is not b for a, b in zip(known[0], objects)):
+        if len(store) >= limit:
+            store.pop(next(iter(store)))
+        known = store[key] = (objects, make())
+    return known[1]
 
 
 def _noise_plan(scenario: Scenario, basis: FunctionalBasis):
-    known = _PLANS.get((id(scenario), id(basis)))
-    if known is None or known[0] is not scenario or known[1] is not basis:
-        if len(_PLANS) >= 4:
-            _PLANS.pop(next(iter(_PLANS)))
-        known = _PLANS[id(scenario), id(basis)] = (scenario, basis, noise_plan(scenario, basis))
-    return known[2]
+    return _per_objects(_PLANS, (scenario, basis), lambda: noise_plan(scenario, basis), limit=4)
 
 
 class BasisMissing(RuntimeError):
@@ -229,8 +236,8 @@ def _remember_basis(digest: str, basis: FunctionalBasis) -> FunctionalBasis:
 #: node's feature cache again; bounded by _PROCESS_CACHE_BYTES.
 _PROCESS_CACHE: dict[tuple, tuple[np.ndarray, int, np.ndarray]] = {}
 _PROCESS_CACHE_BYTES = 2 * 1024**3
-#: id(scenario) -> (scenario, its digest): the digest is computed once per parsed scenario
-_SCENARIO_DIGESTS: dict[int, tuple[Scenario, str]] = {}
+#: (id(scenario),) -> ((scenario,), its digest): the digest is computed once per parsed scenario
+_SCENARIO_DIGESTS: dict[tuple[int, ...], tuple[tuple, str]] = {}
 
 
 def _nbytes(value: tuple[np.ndarray, int, np.ndarray]) -> int:
@@ -316,13 +323,9 @@ def _write_cached(path: Path, key: dict[str, str], entries: dict[int, tuple[np.n
 def _cache_key(context: Context, scenario: Scenario, digest: str) -> dict[str, str]:
     from fdp_flower.clients.site import scenario_digest
 
-    known = _SCENARIO_DIGESTS.get(id(scenario))
-    if known is None or known[0] is not scenario:
-        if len(_SCENARIO_DIGESTS) >= 8:
-            _SCENARIO_DIGESTS.pop(next(iter(_SCENARIO_DIGESTS)))
-        known = _SCENARIO_DIGESTS[id(scenario)] = (scenario, scenario_digest(scenario))
+    scenario_key = _per_objects(_SCENARIO_DIGESTS, (scenario,), lambda: scenario_digest(scenario), limit=8)
     path = context.node_config.get("data-path") or None
-    return {"basis": digest, "scenario": known[1], "data-path": str(path or "")}
+    return {"basis": digest, "scenario": scenario_key, "data-path": str(path or "")}
 
 
 def _compute_features(context: Context, scenario: Scenario, partition: int,
@@ -343,49 +346,45 @@ def _node_entries(context: Context, key: dict[str, str]) -> dict[int, tuple[np.n
 
 
 def load_node_features(context: Context, scenario: Scenario, partitions: list[int], basis: FunctionalBasis,
-                       digest: str) -> None:
+                       digest: str) -> dict[int, ValueError]:
     """Bring ``partitions``' features into this process's memory: read the node's cache file once,
-    compute what it lacks and write the file once (a batched message's clients).  A partition whose
-    data cannot be read is left out; :func:`node_features` raises its error for that client alone."""
+    compute what it lacks and write the file once (a batched message's clients).  Returns the
+    partitions whose data could not be read, with their errors (the others are loaded)."""
     key = _cache_key(context, scenario, digest)
     head, tail = (context.run_id, context.node_id), tuple(key.values())
     missing = [p for p in partitions if (*head, p, *tail) not in _PROCESS_CACHE]
     if not missing:
-        return
+        return {}
     cache_file = feature_cache_file(context, key)
     _remember({(*head, p, *tail): value for p, value in _read_cached(cache_file, key).items()})
-    computed = {}
+    computed, failed = {}, {}
     for p in missing:
         if (*head, p, *tail) not in _PROCESS_CACHE:
             try:
                 computed[(*head, p, *tail)] = _compute_features(context, scenario, p, basis)
-            except ValueError:
-                continue
+            except ValueError as exc:
+                failed[p] = exc
     if computed:
         _remember(computed)
-        _write_cached(cache_file, key, _node_entries(context, key))
+        _write_cached(cache_file, key, {**_node_entries(context, key), **{k[2]: v for k, v in computed.items()}})
+    return failed
 
 
 def node_features(context: Context, scenario: Scenario, partition: int, basis: FunctionalBasis,
                   digest: str) -> tuple[np.ndarray, int, np.ndarray]:
     """(features, rows clipped, responses) of ``partition`` on ``basis``: computed once per run and
     basis, then read from this process's memory or the node's feature cache file
-    (:func:`feature_cache_file`; a deployment starts a new ClientApp process per message).  Both
-    are keyed by the basis digest, the scenario and the data file; neither leaves the node (only
-    the noisy primal is replied) and the file is readable by the node's user only."""
+    (:func:`feature_cache_file`, through :func:`load_node_features`; a deployment starts a new
+    ClientApp process per message).  Both are keyed by the basis digest, the scenario and the data
+    file; neither leaves the node (only the noisy primal is replied) and the file is readable by the
+    node's user only."""
+    failed = load_node_features(context, scenario, [partition], basis, digest)
+    if partition in failed:
+        raise failed[partition]
     key = _cache_key(context, scenario, digest)
-    process_key = (context.run_id, context.node_id, partition, *key.values())
-    if process_key in _PROCESS_CACHE:
-        return _PROCESS_CACHE[process_key]
-    cache_file = feature_cache_file(context, key)
-    stored = _read_cached(cache_file, key)
-    _remember({(context.run_id, context.node_id, p, *key.values()): value for p, value in stored.items()})
-    if partition in stored:
-        return stored[partition]
-    value = _compute_features(context, scenario, partition, basis)
-    _remember({process_key: value})
-    _write_cached(cache_file, key, {**stored, **_node_entries(context, key), partition: value})
-    return value
+    value = _PROCESS_CACHE.get((context.run_id, context.node_id, partition, *key.values()))
+    # None only for a partition larger than this process's cache bound, which is then not kept
+    return value if value is not None else _compute_features(context, scenario, partition, basis)
 
 
 @dataclass(frozen=True)
