@@ -11,12 +11,12 @@ import numpy as np
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import (
     build_objective,
-    client_features,
     data_source,
     grid_of,
     partition_sizes,
     split_coefficients,
 )
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution, pooled_objective, solve_reference
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective
 from fdp_flower.functional import bases, design
@@ -159,7 +159,7 @@ def simulation_setup(scenario: Scenario, *, with_reference: bool | None = None):
     feats, clipped, responses = [], [], []
     for i in clients:
         part = parts[i] if parts is not None else source.load(i)
-        f, c = client_features(scenario, basis, part)
+        f, c = site_features(scenario, basis, part)
         feats.append(f)
         clipped.append(c)
         responses.append(part.response)
