@@ -243,6 +243,11 @@ class ServerProtocol:
         """The number of rounds the run is planned for (its cap)."""
         raise NotImplementedError
 
+    def final_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a results directory keeps of the run's end (``final.npz``): at least ``estimate``,
+        the released model (post-processing of the releases)."""
+        raise NotImplementedError
+
     def release_event(self, client: int, round_: int, sensitivity: float, sigma: float) -> GaussianRelease | None:
         """The ledger event of a release a site reported with this calibration (None: no noise, privacy
         off); a transport rebuilds each release's event with it.  The protocol checks it against its

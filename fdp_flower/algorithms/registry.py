@@ -53,13 +53,19 @@ class Family:
     kinds : the ``algorithm.kind`` values of its scenarios; the first is the default kind
     schema : ``"module:Class"`` of its scenario model (pydantic, frozen)
     run_config : typed Flower run-config key -> dotted scenario field (``num-server-rounds``, ``eps``, ...)
-    run_inprocess : ``"module:function"``: ``f(scenario, out, progress) -> exit code``, the in-process
-        run of ``fdp-flower run`` that writes the results directory ``out``
-    server_app : ``"module:function"``: ``f(grid, context, scenario)``, the ServerApp's runner
+    server : ``"module:function"``: ``f(scenario) -> ServerProtocol``, the server protocol of a run on
+        simulated data (the generic drivers below use it; a family with its own drivers may leave it None)
+    site : ``"module:function"``: ``f(requests, scenario, noise) -> [SiteRelease or Exception]``, the site
+        function answering one round's requests of simulated clients (the generic drivers use it)
+    run_inprocess : ``"module:function"``: ``f(args) -> exit code``, ``fdp-flower run`` in process (the CLI's
+        arguments), writing the results directory (default: the generic runner of ``server`` and ``site``)
+    server_app : ``"module:function"``: ``f(grid, context, scenario)``, the ServerApp's runner (default:
+        the generic one, :class:`~fdp_flower.strategies.protocol.ProtocolStrategy` on ``server``)
     client_train : ``"module:function"``: ``f(message, context, scenario) -> reply``, the ClientApp's
+        handler (default: the generic one on ``site``)
     read_results : ``"module:function"``: ``f(directory, scenario, summary, privacy, ledger) -> model``
-    plots : ``"module:function"``: ``f(directory, scenario, history, privacy) -> figure path``, or None
-    audit : ``"module:Class"``: ``Class(scenario, party, **options)``, the audited protocol
+    plots : ``"module:function"``: ``f(directory, scenario, history, privacy curve, title) -> figure``, or None
+    audit : ``"module:Class"``: ``Class(scenario, party)``, the audited protocol, or None
     party : what one party is called in reports ("client" or "node")
     clients_field : the dotted scenario field holding the number of clients (graph nodes)
     """
@@ -68,11 +74,13 @@ class Family:
     kinds: tuple[str, ...]
     schema: str
     run_config: Mapping[str, str]
-    run_inprocess: str
-    server_app: str
-    client_train: str
-    read_results: str
-    audit: str
+    server: str | None = None
+    site: str | None = None
+    run_inprocess: str = "fdp_flower.cli.run:run_protocol_inprocess"
+    server_app: str = "fdp_flower.strategies.runner:run_protocol_federation"
+    client_train: str = "fdp_flower.clients.worker:handle_protocol_train"
+    read_results: str = "fdp_flower.outputs.models:read_protocol_results"
+    audit: str | None = None
     plots: str | None = None
     party: str = "client"
     clients_field: str = "federation.num_clients"

@@ -132,3 +132,32 @@ def _finish(out, ledger, summary: dict, who: str) -> int:
     print(privacy_headline(summary["privacy"], who))
     print(f"results: {out}")
     return 0
+
+
+def run_protocol_inprocess(args: argparse.Namespace) -> int:
+    """`fdp-flower run` in process for a family with a server protocol and a site function in its registry
+    record (the generic driver :func:`fdp_flower.algorithms.protocol.run_in_process`)."""
+    from fdp_flower.algorithms.protocol import run_in_process
+    from fdp_flower.algorithms.registry import family, resolve
+    from fdp_flower.outputs.results import write_protocol_results
+    from fdp_flower.privacy.mechanisms import run_noise
+
+    scenario, out = _scenario_and_out(args)
+    record = family(scenario.algorithm.kind)
+    server, site = resolve(record.server)(scenario), resolve(record.site)
+    noise = run_noise(scenario.seed)
+    rounds = server.rounds_planned
+
+    def progress(round_: int, row: dict) -> None:
+        if round_ % max(1, rounds // 20) == 0 or round_ == rounds:
+            shown = ", ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "round" and isinstance(v, float))
+            print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
+
+    run_in_process(server, lambda requests: site(requests, scenario, noise), progress=progress)
+    summary = write_protocol_results(server, scenario, out)
+    from fdp_flower.outputs.results import privacy_headline
+
+    print(f"run {summary['stop_reason']}")
+    print(privacy_headline(summary["privacy"], record.party))
+    print(f"results: {out}")
+    return 0 if not str(summary["stop_reason"]).startswith("stopped") else 1

@@ -38,7 +38,7 @@ def accounting_delta(scenario: Scenario) -> float:
 def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | None = None,
                  with_reference: bool | None = None, total_budget: tuple[float, float] | None = None,
                  checkpoint_path=None, resume=None, stop_after: int | None = None,
-                 resume_journal=None) -> RunResult:
+                 resume_journal=None, source=None) -> RunResult:
     """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation.
 
     ``total_budget`` (eps, delta) is enforced by a :class:`~fdp_flower.privacy.BudgetGuard`
@@ -64,10 +64,12 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     (:mod:`fdp_flower.outputs.release_journal`), and a resumed run records in its ledger the
     journaled releases of rounds after the checkpoint (``resume_journal``: the journal of the run
     being resumed; default: the one next to ``checkpoint_path``), since re-releasing them draws new noise.
+    ``source``: the data source (default: the scenario's; the holder of in-memory curves passes theirs,
+    :class:`fdp_flower.functional.sources.InMemorySource`).
     """
     t0 = time.perf_counter()
     sizes, basis, features, responses, clipped, evaluator = simulation_setup(
-        scenario, with_reference=with_reference)
+        scenario, with_reference=with_reference, source=source)
     p = scenario.privacy
     if total_budget is None and p.enabled and p.mode == "total":
         total_budget = (p.eps, p.delta)

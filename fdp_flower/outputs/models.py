@@ -106,7 +106,8 @@ def _scenario_privacy(scenario) -> tuple[float, str | None, float | None]:
     p = scenario.privacy
     if not getattr(p, "enabled", True):
         return float(p.delta), None, None
-    return float(p.delta), getattr(p, "mode", "total"), float(p.eps)
+    eps = getattr(p, "eps", None)
+    return float(p.delta), getattr(p, "mode", "total"), None if eps is None else float(eps)
 
 
 # ---------------------------------------------------------------- functional model
@@ -384,6 +385,17 @@ def read_p2p_results(out: Path, scenario, summary: dict, privacy: PrivacyReport,
         node_w = np.asarray(npz["released"][-1], dtype=float)
     return TabularModel(node_w.mean(axis=0), p2p_intercept_scale(scenario), scenario, privacy, ledger,
                         _history(out), node_w=node_w, stop_reason=str(summary.get("stop_reason", "completed")))
+
+
+def read_protocol_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):
+    """The :class:`TabularModel` of a results directory of the generic drivers (``final.npz``: estimate)."""
+    path = out / "final.npz"
+    if not path.is_file():
+        raise ValueError(f"{out}: no final.npz (the released estimate of the run)")
+    with np.load(path) as npz:
+        w = np.asarray(npz["estimate"], dtype=float)
+    return TabularModel(w, 0.0, scenario, privacy, ledger, _history(out),
+                        stop_reason=str(summary.get("stop_reason", "completed")))
 
 
 def read_gradient_admm_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):

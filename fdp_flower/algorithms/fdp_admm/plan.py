@@ -30,10 +30,11 @@ def build_objective(scenario: Scenario) -> Objective:
     return Objective(loss=loss, penalty=penalty, lam=pc.lam, num_clients=scenario.federation.num_clients)
 
 
-def data_source(scenario: Scenario):
-    """The scenario's data source (:mod:`fdp_flower.functional.sources`): grid, m_i, loading."""
+def data_source(scenario: Scenario, parts=None):
+    """The scenario's data source (:mod:`fdp_flower.functional.sources`): grid, m_i, loading (``parts``: the
+    curves of an in-memory source, which only the process holding them can pass)."""
     return sources.data_source(scenario.data, seed=scenario.seed, num_clients=scenario.federation.num_clients,
-                               tau=scenario.model.loss.tau)
+                               tau=scenario.model.loss.tau, parts=parts)
 
 
 def grid_of(scenario: Scenario) -> np.ndarray:
