@@ -6,22 +6,28 @@ SciPy, dp_accounting, matplotlib and scikit-fda only by the code paths that use 
 """
 from __future__ import annotations
 
+import logging
+
 from fdp_flower.algorithms.registry import family, resolve
 from fdp_flower.clients.common import run_scenario
-from fdp_flower.clients.site import SITE_ERRORS, refusal_reply
+from fdp_flower.clients.site import refusal_reply
 from fdp_flower.wire.flwr import ClientApp, Context, Message
 
 app = ClientApp()
+log = logging.getLogger(__name__)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """One release; a refusal by the site's policy is an error reply (nothing released)."""
-    scenario = run_scenario(context)
+    """One round's releases.  Any failure -- a refusal by the site's policy, a value it does not accept,
+    unreadable data -- is an error reply stripped of the node's local paths (nothing released); the whole
+    message stays in the node's log."""
     try:
+        scenario = run_scenario(context)
         return resolve(family(scenario.algorithm.kind).client_train)(msg, context, scenario)
-    except SITE_ERRORS as exc:
-        return refusal_reply(msg, exc)
+    except Exception as exc:  # noqa: BLE001 (every failure becomes a one-line, path-free error reply)
+        log.warning("fdp-flower: train message refused: %s", exc)
+        return refusal_reply(msg, exc, context)
 
 
 @app.query()
@@ -31,5 +37,6 @@ def query(msg: Message, context: Context) -> Message:
 
     try:
         return handle_node_setup_query(msg, context, run_scenario(context))
-    except SITE_ERRORS as exc:
-        return refusal_reply(msg, exc)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("fdp-flower: setup query refused: %s", exc)
+        return refusal_reply(msg, exc, context)

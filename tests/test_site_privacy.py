@@ -344,9 +344,7 @@ def test_the_site_refuses_less_noise_more_rounds_a_re_release_and_privacy_off(tm
     assert "would bring the site's eps to" in refused(less_noise, 3, **{"max-eps": 3.0})
     assert "site refuses FDP-ADMM releases without noise: set allow-nonprivate=true" in \
         refused(node_scenario(enabled=False), 3)
-    with pytest.raises(ValueError, match=r"round 4 is outside 1\.\.3"):  # more rounds than calibrated
-        call_train(monkeypatch, sc, context(path, ledger.parent, **site), train_message(sc, 4))
-    assert ledger.read_bytes() == snapshot
+    assert "round 4 is outside 1..3" in refused(sc, 4)  # more rounds than calibrated
     reply = call_train(monkeypatch, node_scenario(enabled=False), context(path, ledger.parent, **{
         "allow-nonprivate": True}), train_message(sc, 3))
     assert not reply.has_error() and "site" in reply.content and ledger.read_bytes() == snapshot  # nothing to charge

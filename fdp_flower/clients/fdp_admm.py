@@ -31,7 +31,7 @@ from fdp_flower.algorithms.fdp_admm.plan import data_source, load_partition, sit
 from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
 from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.clients.common import node_partition, partition_data_error
-from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data
+from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data, public_reason, refusal_reply
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.wire import (
     BASIS_DIGEST_KEY,
@@ -291,6 +291,9 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     source = data_source(scenario)
     site = SiteSession.open(context, scenario, node_local=names_own_data(context, source))
     site.admit(scenario.privacy.enabled, "FDP-ADMM releases")
+    if site.node_local and not source.node_local:
+        raise ValueError(f"this site serves its own data file only (data kind 'node_files'); the run's data kind "
+                         f"{source.kind!r} is refused")
     refused: dict[int, Exception] = {}  # request -> why its client is refused (nothing of it is released)
     partitions: dict[int, int] = {}
     for j, request in enumerate(requests):
@@ -315,16 +318,16 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
             if isinstance(outcome, Exception):
                 refused[j] = outcome
                 continue
-            if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:
+            # a count of clipped rows is data-dependent: a site (node-local data) decides whether to send it
+            # -- never at the server's request; simulated data send it when the scenario asks
+            if not site.node_local and (scenario.privacy.report_clipped_rows or not scenario.privacy.enabled):
                 outcome = replace(outcome, metrics={**outcome.metrics, "clipped-rows": rows[j][1]})
             released.append(outcome)
     from flwr.common.constant import ErrorCode
 
     code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
     if len(requests) == 1 and refused:  # a one-client message: its refusal is the reply (nothing released)
-        from flwr.app import Error
-
-        return Message(Error(code=code, reason=" ".join(str(refused[0]).split())), reply_to=msg)
-    errors = [(partitions.get(j, -1 if requests[j].client is None else requests[j].client), code, str(refused[j]))
-              for j in sorted(refused)]
+        return refusal_reply(msg, refused[0], context)
+    errors = [(partitions.get(j, -1 if requests[j].client is None else requests[j].client), code,
+               public_reason(refused[j], context)) for j in sorted(refused)]
     return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)

@@ -50,12 +50,43 @@ SITE_ERRORS = (SiteRefusal, SitePolicyError, SiteLedgerError)
 SITE_RECORD = "site"
 
 
-def names_own_data(context: Context, source) -> bool:
-    """Whether the site's policy applies: the data source is node-local (``node_files``) **and** the
-    node config names the node's own file (``data-path``), as in a deployment.  Files named by the
-    scenario's ``data.paths`` (a simulation on one machine, whose author can read them) follow the
-    run's noise source like simulated data."""
-    return bool(source.node_local) and context.node_config.get("data-path") not in (None, "")
+def names_own_data(context: Context, source=None) -> bool:
+    """Whether the site's policy applies: the node config names the node's own file (``data-path``), as
+    in a deployment -- whatever data kind the run's scenario names (a site's file is read only as data
+    kind ``node_files``; any other kind is refused by its source, nothing released).  A node without a
+    ``data-path`` (a simulation on one machine, data the server can compute or read) follows the run's
+    noise source."""
+    return context.node_config.get("data-path") not in (None, "")
+
+
+#: The longest reason an error reply carries (a site's error never ships a file's content).
+MAX_REASON = 300
+
+
+def public_reason(exc: BaseException, context: Context | None = None) -> str:
+    """The one line an error reply may carry about ``exc``: its message with the node's local paths --
+    its data file and that file's directory, its ledger and FLWR_HOME directories, the user's home --
+    replaced by placeholders, cut to :data:`MAX_REASON` characters.  The site keeps the whole message in
+    its own log."""
+    import os
+    from pathlib import Path
+
+    from fdp_flower.privacy.site_policy import flower_home
+
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    config = {} if context is None else context.node_config
+    places = []
+    for key, label in (("data-path", "<data-path>"), ("ledger-dir", "<ledger-dir>"),
+                       ("noise-secret-file", "<noise-secret-file>")):
+        value = str(config.get(key) or "")
+        if value:
+            places += [(value, label), (str(Path(value).resolve()), label),
+                       (str(Path(value).resolve().parent), f"<{key} directory>")]
+    places += [(str(flower_home()), "<FLWR_HOME>"), (os.path.expanduser("~"), "<home>")]
+    for value, label in sorted(places, key=lambda p: -len(p[0])):
+        if len(value) > 1:
+            text = text.replace(value, label)
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."
 
 
 def scenario_digest(scenario) -> str:
@@ -128,10 +159,12 @@ class SiteSession:
                                                                              node_local=True)})}
 
 
-def refusal_reply(msg: Message, exc: Exception) -> Message:
-    """The error reply of a site refusal (code CLIENT_APP_RAISED_EXCEPTION: nothing was released)."""
-    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=" ".join(str(exc).split())),
+def refusal_reply(msg: Message, exc: Exception, context: Context | None = None) -> Message:
+    """The error reply of a refusal or a failure before anything was released (code
+    CLIENT_APP_RAISED_EXCEPTION), its reason stripped of the node's local paths (:func:`public_reason`)."""
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=public_reason(exc, context)),
                    reply_to=msg)
 
 
-__all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "names_own_data", "refusal_reply", "scenario_digest"]
+__all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "names_own_data", "public_reason", "refusal_reply",
+           "scenario_digest"]

@@ -78,13 +78,14 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     journal_requests = None if journal is None else partial(append_requests, journal)
     every = scenario.output.checkpoint_every
 
-    def checkpoint(server: FDPADMMServer) -> None:
+    server = FDPADMMServer(scenario, basis, sizes, evaluator=evaluator, total_budget=total_budget,
+                           journal=journal_requests)
+
+    def after_round(round_: int, row: dict) -> None:  # the caller's progress first, then the checkpoint
+        if progress is not None:
+            progress(round_, row)
         if checkpoint_path is not None and every and server.round % every == 0:
             _checkpoint(checkpoint_path, _result(server))
-
-    server = FDPADMMServer(scenario, basis, sizes, evaluator=evaluator, total_budget=total_budget,
-                           journal=journal_requests,
-                           on_round=checkpoint)
 
     def _result(srv: FDPADMMServer) -> RunResult:
         return RunResult(scenario, srv.state, history=srv.history, ledger=srv.ledger, basis=basis,
@@ -116,7 +117,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     failed = None if faults.failure_rate == 0 else (
         lambda round_: draw_failures(fault_seed, round_, len(sizes), faults.failure_rate))
     run_in_process(server, lambda requests: answer(requests, data, plan, noise), failed=failed,
-                   progress=progress, stop_after=stop_after)
+                   progress=after_round, stop_after=stop_after)
     result = _result(server)
     if checkpoint_path is not None and every:
         _checkpoint(checkpoint_path, result)

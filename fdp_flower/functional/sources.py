@@ -16,6 +16,14 @@ from fdp_flower.functional import design
 from fdp_flower.functional.design import CurveData
 
 
+def _no_node_file(kind: str, path: str | None) -> None:
+    """Only node-local data read a node's own file (under its site's policy): a source of another kind
+    asked to read one refuses (a run's data kind must never read a site's file outside its policy)."""
+    if path is not None:
+        raise ValueError(f"data kind {kind!r} reads no node file; a node's own data file is read only as data "
+                         "kind 'node_files', under its site's policy")
+
+
 @dataclass(frozen=True)
 class PaperSimulationSource:
     """The simulated design of Zhou & Xiang (2022), Section 5 (:mod:`fdp_flower.functional.design`).
@@ -40,6 +48,7 @@ class PaperSimulationSource:
         return np.diff(design.partition_bounds(self.config.n_samples, self.num_clients))
 
     def load(self, partition: int, path: str | None = None) -> CurveData:
+        _no_node_file(self.kind, path)
         return design.simulate_partition(self.seed, self.config.n_samples, self.num_clients, partition,
                                          tau=self.tau, grid=self.grid(), design=self.config.design)
 
@@ -136,11 +145,11 @@ class ClientArraysSource:
     def load(self, partition: int, path: str | None = None) -> CurveData:
         from fdp_flower.functional.node_files import read_node_file
 
+        _no_node_file(self.kind, path)
         if not 0 <= partition < len(self.config.paths):
             raise ValueError(f"partition {partition} outside [0, {len(self.config.paths)})")
-        return read_node_file(path or self.config.paths[partition], expected_grid=self.grid(),
-                              response_offset=self.config.response_offset,
-                              digest=None if path else self._digest(partition))
+        return read_node_file(self.config.paths[partition], expected_grid=self.grid(),
+                              response_offset=self.config.response_offset, digest=self._digest(partition))
 
     def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
         return None
@@ -193,6 +202,7 @@ class InMemorySource:
         return np.array([part.n_samples for part in self.parts])
 
     def load(self, partition: int, path: str | None = None) -> CurveData:
+        _no_node_file(self.kind, path)
         if not 0 <= partition < len(self.parts):
             raise ValueError(f"partition {partition} outside [0, {len(self.parts)})")
         part = self.parts[partition]

@@ -324,6 +324,10 @@ class ProtocolStrategy(Strategy):
         return clients[0] if len(clients) == 1 else None
 
     # ------------------------------------------------------------------ Flower's loop
+    def summary(self) -> None:
+        log(INFO, "\t└── %s protocol: %d clients, %d rounds", self.server.family or type(self.server).__name__,
+            self.num_clients, self.server.rounds_planned)
+
     def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         """Flower's server-side evaluation (``Strategy.start(evaluate_fn=...)``): round ``server_round``'s
         row of the protocol's history, every ``log_every`` rounds and at the last round; round 0: the

@@ -38,9 +38,14 @@ def site_features(scenario, basis, data) -> tuple[np.ndarray, int]:
     """Scores of the site's curves, rows clipped to the sphere ||a|| <= c1 or to the ellipsoid
     ||a / s|| <= 1 of :func:`fdp_flower.algorithms.fdp_admm.plan.noise_scales`; with ``model.intercept``
     the rows are (c0, scores) of :func:`fdp_flower.core.clipping.intercept_design`, inside the same set
-    (returns features, rows clipped)."""
-    from fdp_flower.algorithms.fdp_admm.plan import score_scales
+    (returns features, rows clipped).
 
+    The responses are checked against the run's loss first (``loss.check_response``: finite; the
+    logistic loss's labels in {-1, +1}, which its gradient bound G = c1 assumes): a site never
+    releases for a loss whose bound its data break, whatever loss the server asks for."""
+    from fdp_flower.algorithms.fdp_admm.plan import build_objective, score_scales
+
+    build_objective(scenario).loss.check_response(data.response)
     m = scenario.model
     scales = score_scales(scenario, basis)
     scores = basis.scores(data.curves)
