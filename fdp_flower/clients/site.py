@@ -35,6 +35,7 @@ from fdp_flower.privacy.site_policy import (
     SiteRefusal,
     SiteRelease,
     SiteTotals,
+    check_node_config_keys,
     check_private,
 )
 
@@ -84,8 +85,11 @@ class SiteSession:
 
         ``node_local``: whether the release is computed from the node's own data
         (:attr:`fdp_flower.functional.sources.NodeFilesSource.node_local`); only then is the node
-        config's policy read (one-line :class:`SitePolicyError` for a bad key).
+        config's policy read.  A key the site does not know is refused in every case (one-line
+        :class:`SitePolicyError` naming the nearest known key), so that a misspelled ``data-path``
+        or policy key never runs the node outside its policy.
         """
+        check_node_config_keys(context.node_config)  # also off node-local data: a misspelled data-path
         requested = str(getattr(scenario.privacy, "noise_source", "seeded"))
         if not node_local:  # no site ledger, so no run key is needed
             return cls(False, 0, int(scenario.seed), requested)

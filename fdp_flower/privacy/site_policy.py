@@ -53,6 +53,13 @@ MIN_SECRET_BYTES = 16
 
 SITE_KEYS = ("max-eps", "max-delta", "neighbouring", "allow-nonprivate", "allow-seeded-noise",
              "noise-secret-file", "ledger-dir")
+#: Node config keys that are not the policy's but are known: Flower's simulation sets the first two
+#: (a deployment's node config names them itself), the ClientApp reads ``data-path``.
+FLOWER_NODE_KEYS = ("partition-id", "num-partitions")
+APP_NODE_KEYS = ("data-path",)
+#: Every key a node config may hold; any other is refused (a misspelled policy key would otherwise
+#: leave the site at that key's default, e.g. max-eps = 10).
+KNOWN_NODE_KEYS = (*SITE_KEYS, *FLOWER_NODE_KEYS, *APP_NODE_KEYS)
 #: Where a site's release noise comes from: the run seed (known to the server), the operating
 #: system's CSPRNG, or the site's own secret.
 NOISE_SOURCES = ("seeded", "os_entropy", "secret")
@@ -106,13 +113,11 @@ class SitePolicy(_Frozen):
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, object]) -> SitePolicy:
-        """The policy of a node config (Flower's ``context.node_config``); other keys are ignored,
-        but a site key spelled with underscores (``max_eps``) is an error, so that a typo never
-        silently loosens the policy.  One-line :class:`SitePolicyError`."""
-        for key in node_config:
-            if key not in SITE_KEYS and str(key).replace("_", "-") in SITE_KEYS:
-                raise SitePolicyError(f"node config key {key!r} is not known; did you mean "
-                                      f"{str(key).replace('_', '-')!r}?")
+        """The policy of a node config (Flower's ``context.node_config``).  Every key must be known
+        (:func:`check_node_config_keys`: the policy's, Flower's ``partition-id`` / ``num-partitions``
+        and the app's ``data-path``), so that a typo never silently loosens the policy.  One-line
+        :class:`SitePolicyError`."""
+        check_node_config_keys(node_config)
         try:
             return validate_mapping(cls, {k: v for k, v in node_config.items() if k in SITE_KEYS}, "node config")
         except ScenarioError as exc:
@@ -123,6 +128,31 @@ class SitePolicy(_Frozen):
         ``os.environ``; Flower's default ``~/.flwr``)."""
         base = Path(self.ledger_dir).expanduser() if self.ledger_dir else flower_home(env) / DEFAULT_LEDGER_SUBDIR
         return base / LEDGER_FILE_NAME
+
+
+def nearest_node_key(key: str) -> str | None:
+    """The known node config key (:data:`KNOWN_NODE_KEYS`) closest to ``key``, or None: the same key up to
+    case and ``_`` / ``-``, else the closest spelling (difflib ratio >= 0.6, e.g. ``max-esp``,
+    ``max-epsilon`` -> ``max-eps``)."""
+    import difflib
+
+    normal = str(key).strip().lower().replace("_", "-")
+    if normal in KNOWN_NODE_KEYS:
+        return normal
+    close = difflib.get_close_matches(normal, KNOWN_NODE_KEYS, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def check_node_config_keys(node_config: Mapping[str, object]) -> None:
+    """Refuse (one-line :class:`SitePolicyError`) the first key of ``node_config`` that is not in
+    :data:`KNOWN_NODE_KEYS`, naming the nearest known key."""
+    for key in node_config:
+        if key in KNOWN_NODE_KEYS:
+            continue
+        nearest = nearest_node_key(key)
+        hint = f"did you mean {nearest!r}?" if nearest else f"known keys: {', '.join(KNOWN_NODE_KEYS)}"
+        raise SitePolicyError(f"node config key {key!r} is not known; {hint} (the site refuses every key it does "
+                              "not know: a misspelled policy key would leave its setting at the default)")
 
 
 @dataclass(frozen=True)
@@ -288,6 +318,6 @@ def check_private(private: bool, policy: SitePolicy, what: str) -> None:
                           "accept non-private runs")
 
 
-__all__ = ["NOISE_SOURCES", "SITE_KEYS", "SiteNoise", "SitePolicy", "SitePolicyError", "SiteRefusal", "SiteRelease",
+__all__ = ["KNOWN_NODE_KEYS", "NOISE_SOURCES", "SITE_KEYS", "check_node_config_keys", "nearest_node_key", "SiteNoise", "SitePolicy", "SitePolicyError", "SiteRefusal", "SiteRelease",
            "SiteTotals", "check_private", "check_release", "flower_home", "read_noise_secret",
            "secret_release_rng", "site_epsilon", "site_totals"]
