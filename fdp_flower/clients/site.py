@@ -95,7 +95,7 @@ class SiteSession:
             return cls(False, 0, int(scenario.seed), requested)
         policy = SitePolicy.from_node_config(context.node_config)
         return cls(True, int(context.run_id), int(scenario.seed), requested, scenario_digest(scenario), policy,
-                   SiteNoise.of(policy), SiteLedger(policy.ledger_path()))
+                   SiteNoise.of(policy), SiteLedger(policy.ledger_path(), policy.ledger_head_path()))
 
     def admit(self, private: bool, what: str) -> None:
         """Refuse ``what`` if it would be released without noise and the site does not allow that."""

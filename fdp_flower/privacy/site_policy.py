@@ -23,6 +23,8 @@ key                       default              meaning
 ``ledger-dir``            ``$FLWR_HOME/``      where the site ledger ``site-ledger.jsonl`` lives
                           ``fdp-flower-site``  (FLWR_HOME as the SuperNode sees it; Flower's default
                                                is ``~/.flwr``)
+``ledger-head-dir``       ``<ledger-dir>-head``  where the ledger's head lives (another directory:
+                                               :mod:`fdp_flower.privacy.site_ledger`)
 ========================  ===================  ======================================================
 """
 from __future__ import annotations
@@ -52,7 +54,7 @@ LEDGER_FILE_NAME = "site-ledger.jsonl"
 MIN_SECRET_BYTES = 16
 
 SITE_KEYS = ("max-eps", "max-delta", "neighbouring", "allow-nonprivate", "allow-seeded-noise",
-             "noise-secret-file", "ledger-dir")
+             "noise-secret-file", "ledger-dir", "ledger-head-dir")
 #: Node config keys that are not the policy's but are known: Flower's simulation sets the first two
 #: (a deployment's node config names them itself), the ClientApp reads ``data-path``.
 FLOWER_NODE_KEYS = ("partition-id", "num-partitions")
@@ -104,6 +106,9 @@ class SitePolicy(_Frozen):
     ledger_dir: str | None = Field(None, alias="ledger-dir", min_length=1, max_length=4096,
                                    description="directory of site-ledger.jsonl (default $FLWR_HOME/"
                                                f"{DEFAULT_LEDGER_SUBDIR})")
+    ledger_head_dir: str | None = Field(None, alias="ledger-head-dir", min_length=1, max_length=4096,
+                                        description="directory of the ledger's head (default: the ledger "
+                                                    "directory's sibling <ledger-dir>-head); not the ledger's own")
 
     @model_validator(mode="after")
     def _one_noise_choice(self):
@@ -128,6 +133,23 @@ class SitePolicy(_Frozen):
         ``os.environ``; Flower's default ``~/.flwr``)."""
         base = Path(self.ledger_dir).expanduser() if self.ledger_dir else flower_home(env) / DEFAULT_LEDGER_SUBDIR
         return base / LEDGER_FILE_NAME
+
+    def ledger_head_path(self, env: Mapping[str, str] | None = None) -> Path:
+        """The head file of :meth:`ledger_path` (:func:`fdp_flower.privacy.site_ledger.default_head_path`): in
+        ``ledger-head-dir``, else in the ledger directory's sibling ``<ledger-dir>-head``."""
+        from fdp_flower.privacy.site_ledger import default_head_path
+
+        return default_head_path(self.ledger_path(env), self.ledger_head_dir)
+
+    @model_validator(mode="after")
+    def _head_apart(self):
+        if self.ledger_head_dir is not None:
+            head = Path(self.ledger_head_dir).expanduser().absolute()
+            ledger = Path(self.ledger_dir).expanduser().absolute() if self.ledger_dir else None
+            if ledger is not None and head == ledger:
+                raise ValueError("ledger-head-dir must not be ledger-dir: a head kept with its ledger is deleted "
+                                 "with it")
+        return self
 
 
 def nearest_node_key(key: str) -> str | None:
