@@ -29,6 +29,7 @@ from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import release_rng
 from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError
 from fdp_flower.privacy.site_policy import (
+    CLIPPED_ROWS_STREAM,
     SiteNoise,
     SitePolicy,
     SitePolicyError,
@@ -37,6 +38,8 @@ from fdp_flower.privacy.site_policy import (
     SiteTotals,
     check_node_config_keys,
     check_private,
+    clipped_rows_event,
+    clipped_rows_release,
 )
 
 with warnings.catch_warnings():
@@ -113,6 +116,28 @@ class SiteSession:
                                      client=release.client, round_=release.round)
         self.totals = self.ledger.charge(SiteRelease(self.run_id, release, source, self.scenario), self.policy)
         return rng
+
+    def clipped_rows(self, count: int, *, client: int, round_: int, requested: bool) -> float | int | None:
+        """What a reply may say about the count of ``client``'s clipped rows in ``round_`` (None: nothing).
+
+        Node-local data -- the site decides, whatever the run config asks (``requested``): nothing unless
+        its node config sets ``clipped-rows-sigma``; then the count plus Gaussian noise of that sigma
+        (:func:`~fdp_flower.privacy.site_policy.clipped_rows_release`, sensitivity 1), checked against
+        the site's policy and charged to its ledger, fsynced, before the noise is drawn (a refusal
+        raises and releases nothing), from its own noise stream (not the primal's draws).  Other data
+        (simulated, public: the server can count them itself): the exact count if ``requested``.
+        """
+        if not self.node_local:
+            return int(count) if requested else None
+        sigma = self.policy.clipped_rows_sigma
+        if sigma is None:
+            return None
+        source = self.noise.source(self.requested_source, node_local=True)
+        rng = self.noise.release_rng(source, node_local=True, run_seed=self.run_seed, run_id=self.run_id,
+                                     client=client, round_=round_, stream=CLIPPED_ROWS_STREAM)
+        self.totals = self.ledger.charge(SiteRelease(self.run_id, clipped_rows_event(client, round_, sigma), source,
+                                                     self.scenario), self.policy)
+        return clipped_rows_release(count, sigma, rng)
 
     def records(self) -> dict[str, ConfigRecord]:
         """``{"site": ConfigRecord}`` with the site's totals (lifetime and this run, PLD eps at its

@@ -559,9 +559,9 @@ class SiteLedger:
                                   planned.time or _now())
             state = self._trusted()
             history = state.scan.releases
-            check_release(history, stamped, policy)
+            eps_after = check_release(history, stamped, policy)
             self._extend(state, [("release", release_fields(stamped))])
-            return site_totals([*history, stamped], policy, stamped.run)
+            return site_totals([*history, stamped], policy, stamped.run, lifetime_eps=eps_after)
 
     # ------------------------------------------------------------------ operator commands
     @staticmethod
