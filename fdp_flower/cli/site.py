@@ -1,4 +1,6 @@
-"""``fdp-flower site-ledger``: a site operator's commands for its privacy ledger.
+"""A site operator's commands: its privacy ledger, and the app it approved.
+
+``fdp-flower site-ledger``: status, repair, reset, adopt of the site's ledger.
 
 The ledger is a hash chain with a head kept in another directory
 (:mod:`fdp_flower.privacy.site_ledger`); a ledger that was cut, replaced, deleted, left on an
@@ -15,6 +17,15 @@ Examples::
     fdp-flower site-ledger repair --ledger /var/lib/fdp-site0 --yes     # a torn last line (full disk)
     fdp-flower site-ledger adopt  --ledger /var/lib/fdp-site0 --yes     # a ledger written before chains
     fdp-flower site-ledger reset  --ledger /var/lib/fdp-site0 --yes --reason "new data set, new records"
+
+``fdp-flower fab-hash``: the pins of an app bundle (a ``.fab`` file from ``flwr build``, or the app
+directory ``flwr run`` would bundle); ``fdp-flower site-clientapp``: the site's ClientApp launcher
+for a SuperNode started with ``--isolation process``, which runs an app bundle only if it matches one
+of the site's pins (:mod:`fdp_flower.clients.site_launcher`; docs/deployment.md, section 8)::
+
+    fdp-flower fab-hash fdp-flower.fdp-flower.0-1-0.1a2b3c4d.fab
+    flower-supernode --isolation process --port 9094 ... &
+    fdp-flower site-clientapp --runtime-api-address 127.0.0.1:9094 --insecure --allow-list /etc/fdp/apps.pins
 """
 from __future__ import annotations
 
@@ -69,7 +80,57 @@ def _cmd_site_ledger(args: argparse.Namespace) -> int:
     return 0 if args.yes or line.endswith("nothing to repair") or line.endswith("nothing to adopt") else 1
 
 
+def _cmd_fab_hash(args: argparse.Namespace) -> int:
+    from fdp_flower.clients.site_launcher import describe_fab
+    from fdp_flower.privacy.site_fab import FabRefused
+
+    try:
+        print(describe_fab(args.source))
+    except FabRefused as exc:
+        print(f"error: {args.source}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_site_clientapp(args: argparse.Namespace) -> int:
+    import logging
+
+    from fdp_flower.clients.site_launcher import serve
+
+    logging.getLogger("fdp_flower.site_launcher").setLevel(logging.INFO)
+    logging.basicConfig(level=logging.WARNING, format="fdp-flower site-clientapp: %(message)s")
+    if args.insecure == bool(args.root_certificates):
+        raise ValueError("site-clientapp: give --insecure (runtime API on loopback without TLS) or "
+                         "--root-certificates FILE, one of them")
+    try:
+        serve(args.runtime_api_address, insecure=args.insecure, root_certificates=args.root_certificates,
+              pins=args.pin, allow_list=args.allow_list, poll_interval=args.poll_interval, parent_pid=args.parent_pid)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
 def register(subparsers) -> None:
+    f = subparsers.add_parser("fab-hash", help="the pins of an app bundle (.fab file or app directory)",
+                              description="Print the two pins of a Flower app bundle: sha256 of its bytes (Flower's "
+                                          "FAB hash) and files-sha256 of its files (independent of compression).")
+    f.add_argument("source", help="a .fab file (flwr build) or a Flower app directory (bundled as flwr run would)")
+    f.set_defaults(func=_cmd_fab_hash)
+    c = subparsers.add_parser("site-clientapp", help="run the SuperNode's ClientApps, only of approved app bundles",
+                              description="In place of flower-superexec, for a SuperNode started with --isolation "
+                                          "process: takes each ClientApp task, checks the app bundle against the "
+                                          "site's pins before any of its code is imported, refuses (error reply) or "
+                                          "runs it.")
+    c.add_argument("--runtime-api-address", required=True, help="the SuperNode's runtime API (its --host:--port)")
+    c.add_argument("--insecure", action="store_true", help="the runtime API without TLS (loopback)")
+    c.add_argument("--root-certificates", help="CA certificate of the runtime API's TLS")
+    c.add_argument("--pin", action="append", default=[], metavar="sha256:HEX",
+                   help="an approved app (sha256:... or files-sha256:..., from fdp-flower fab-hash); repeatable")
+    c.add_argument("--allow-list", metavar="FILE", help="a file of pins, one per line (# comments); read for every task")
+    c.add_argument("--poll-interval", type=float, default=1.0, help="seconds between task polls (default: 1)")
+    c.add_argument("--parent-pid", type=int, help="exit when this process (e.g. the SuperNode) exits")
+    c.set_defaults(func=_cmd_site_clientapp)
+
     p = subparsers.add_parser("site-ledger", help="a site's privacy ledger: status, repair, reset, adopt",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=ACTIONS, help="status: is it trusted, what does it hold; repair: remove a "
