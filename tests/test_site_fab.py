@@ -182,3 +182,29 @@ def test_an_approved_app_runs_its_own_files_not_the_launchers(tmp_path, monkeypa
 def test_describe_fab_counts_the_installed_files(app):
     text = describe_fab(app).splitlines()
     assert text[2].startswith(f"# {app}: 2 files, ") and text[2].endswith(" bytes unpacked")
+
+
+def test_an_approved_bundle_is_installed_once_and_checked_file_by_file_before_each_reuse(app, tmp_path, monkeypatch):
+    from flwr.cli import install
+
+    from fdp_flower.clients.site_launcher import installed_app
+
+    content = build_fab(app)
+    digests = fab_digests(content)
+    calls = []
+    real = install.install_from_fab
+    monkeypatch.setattr(install, "install_from_fab", lambda *a, **k: calls.append(1) or real(*a, **k))
+    apps = tmp_path / "apps"
+    first = installed_app(content, digests, apps)
+    assert first == apps / digests.sha256 and len(calls) == 1
+    assert sorted(p.name for p in first.iterdir()) == ["pyproject.toml", "site_thief_app.py"]
+    assert oct(apps.stat().st_mode & 0o777) == "0o700" and not list(apps.glob(".install-*"))
+    (first / "__pycache__").mkdir()
+    (first / "__pycache__" / "site_thief_app.cpython-311.pyc").write_bytes(b"compiled")  # Python's own cache
+    assert installed_app(content, digests, apps) == first and len(calls) == 1  # reused
+    (first / "site_thief_app.py").write_text("print('changed')\n")  # a file no longer the bundle's
+    assert installed_app(content, digests, apps) == first and len(calls) == 2  # installed again
+    assert (first / "site_thief_app.py").read_bytes() == (app / "site_thief_app.py").read_bytes()
+    (first / "extra.py").write_text("x = 1\n")  # a file the bundle does not have
+    installed_app(content, digests, apps)
+    assert len(calls) == 3 and not (first / "extra.py").exists()

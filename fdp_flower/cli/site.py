@@ -21,7 +21,7 @@ Examples::
 ``fdp-flower fab-hash``: the pins of an app bundle (a ``.fab`` file from ``flwr build``, or the app
 directory ``flwr run`` would bundle); ``fdp-flower site-clientapp``: the site's ClientApp launcher
 for a SuperNode started with ``--isolation process``, which runs an app bundle only if it matches one
-of the site's pins (:mod:`fdp_flower.clients.site_launcher`; docs/deployment.md, section 8)::
+of the site's pins (:mod:`fdp_flower.clients.site_launcher`; docs/deployment.md, section 11)::
 
     fdp-flower fab-hash fdp-flower.fdp-flower.0-1-0.1a2b3c4d.fab
     flower-supernode --isolation process --port 9094 ... &
@@ -104,7 +104,8 @@ def _cmd_site_clientapp(args: argparse.Namespace) -> int:
                          "--root-certificates FILE, one of them")
     try:
         serve(args.runtime_api_address, insecure=args.insecure, root_certificates=args.root_certificates,
-              pins=args.pin, allow_list=args.allow_list, poll_interval=args.poll_interval, parent_pid=args.parent_pid)
+              pins=args.pin, allow_list=args.allow_list, apps_dir=args.apps_dir, poll_interval=args.poll_interval,
+              parent_pid=args.parent_pid)
     except KeyboardInterrupt:
         return 0
     return 0
@@ -127,6 +128,8 @@ def register(subparsers) -> None:
     c.add_argument("--pin", action="append", default=[], metavar="sha256:HEX",
                    help="an approved app (sha256:... or files-sha256:..., from fdp-flower fab-hash); repeatable")
     c.add_argument("--allow-list", metavar="FILE", help="a file of pins, one per line (# comments); read for every task")
+    c.add_argument("--apps-dir", metavar="DIR", help="where approved bundles are installed (default: "
+                                                     "$FLWR_HOME/fdp-flower-site-apps)")
     c.add_argument("--poll-interval", type=float, default=1.0, help="seconds between task polls (default: 1)")
     c.add_argument("--parent-pid", type=int, help="exit when this process (e.g. the SuperNode) exits")
     c.set_defaults(func=_cmd_site_clientapp)

@@ -14,9 +14,11 @@ FAB): for each ClientApp task it starts a new process (:func:`run_task`) that
 3. **refused**: replies to the message with an error (``ErrorCode.INVALID_FAB``, the reason in one
    line), marks the task failed and exits -- nothing of the FAB was extracted or imported, so none of
    its code touched the data;
-4. **approved**: installs the FAB into a new private directory, imports its ClientApp from there
-   (modules of the same name loaded by the launcher are dropped first, so the app's own copies run),
-   runs it on the message and pushes the reply and the context, as ``flwr-clientapp`` does.
+4. **approved**: installs the FAB into the site's own apps directory (``<apps-dir>/<sha256>/``, mode
+   0700, once per approved bundle; a later task reuses it after checking every file against the
+   bundle's, :func:`installed_app`), imports its ClientApp from there (modules of the same name
+   loaded by the launcher are dropped first, so the app's own copies run), runs it on the message
+   and pushes the reply and the context, as ``flwr-clientapp`` does.
 
 The pure part (digests, pins, allow-list files) is :mod:`fdp_flower.privacy.site_fab`.  Flower
 1.41 facts this relies on (``flwr/supernode/start_client_internal.py``): with ``--isolation
@@ -40,7 +42,16 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from fdp_flower.privacy.site_fab import FabRefused, Pin, check_fab, fab_digests, parse_pin, read_allow_list
+from fdp_flower.privacy.site_fab import (
+    FabDigests,
+    FabRefused,
+    Pin,
+    check_fab,
+    fab_digests,
+    parse_pin,
+    read_allow_list,
+)
+from fdp_flower.privacy.site_policy import flower_home
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
@@ -48,6 +59,8 @@ with warnings.catch_warnings():
     from flwr.common.constant import ErrorCode, SubStatus
 
 LOG = logging.getLogger("fdp_flower.site_launcher")
+#: Where approved bundles are installed when no ``--apps-dir`` is given: under FLWR_HOME.
+DEFAULT_APPS_SUBDIR = "fdp-flower-site-apps"
 #: What the launcher asks the SuperNode for: ClientApp tasks only.
 CLIENT_APP_TASK = "flwr-clientapp"
 
@@ -107,6 +120,50 @@ def _runtime_client(address: str, *, insecure: bool, root_certificates: str | No
         interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker())
 
 
+def default_apps_dir() -> Path:
+    """``$FLWR_HOME/fdp-flower-site-apps`` (Flower's default FLWR_HOME ``~/.flwr``)."""
+    return flower_home() / DEFAULT_APPS_SUBDIR
+
+
+def _matches(app_dir: Path, digests: FabDigests) -> bool:
+    """Whether ``app_dir`` holds exactly the bundle's files, byte for byte (Python's ``__pycache__`` aside)."""
+    import hashlib
+
+    expected = {name: sha for name, sha, _size in digests.files}
+    found = {}
+    for path in app_dir.rglob("*"):
+        if path.is_dir() or "__pycache__" in path.relative_to(app_dir).parts:
+            continue
+        found[path.relative_to(app_dir).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found == expected
+
+
+def installed_app(content: bytes, digests: FabDigests, apps_dir: Path) -> Path:
+    """The approved bundle installed in ``<apps_dir>/<sha256>`` (Flower's ``install_from_fab``: its files,
+    checked against the bundle's manifest); installed once and reused while every file still matches the
+    bundle's (else installed again)."""
+    from flwr.cli.install import install_from_fab
+
+    apps_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    target = apps_dir / digests.sha256
+    if target.is_dir() and _matches(target, digests):
+        return target
+    staging = Path(tempfile.mkdtemp(prefix=".install-", dir=apps_dir))
+    try:
+        installed = install_from_fab(content, install_dir=staging, skip_prompt=True)
+        try:
+            os.rename(installed, target)
+        except OSError:  # another task installed it meanwhile, or a stale copy is in the way
+            if not (target.is_dir() and _matches(target, digests)):
+                shutil.rmtree(target, ignore_errors=True)
+                os.rename(installed, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if not _matches(target, digests):
+        raise FabRefused(f"the installed app in {target} does not match the approved bundle's files")
+    return target
+
+
 def _forget_modules_of(app_dir: Path) -> None:
     """Drop every loaded module whose top-level name the app provides, so that importing the app loads
     the app's own files (the launcher itself has loaded ``fdp_flower`` from the site's installation)."""
@@ -117,11 +174,10 @@ def _forget_modules_of(app_dir: Path) -> None:
 
 
 def run_task(address: str, token: str, *, insecure: bool, root_certificates: str | None, pins: Sequence[str],
-             allow_list: str | None, parent_pid: int | None = None) -> int:
+             allow_list: str | None, apps_dir: str | Path | None = None, parent_pid: int | None = None) -> int:
     """Run one ClientApp task of the SuperNode at ``address`` -- only if its FAB is one the site approved
     (module docstring).  Returns the process's exit status: 0 the app ran and replied, 3 the FAB was
     refused (an error reply was sent), 1 the app failed (an error reply was sent if possible)."""
-    from flwr.cli.install import install_from_fab
     from flwr.clientapp.client_app import LoadClientAppError
     from flwr.clientapp.utils import get_load_client_app_fn
     from flwr.supercore.app_utils import start_parent_process_monitor
@@ -136,7 +192,6 @@ def run_task(address: str, token: str, *, insecure: bool, root_certificates: str
     heartbeat.start()
     message = context = None
     status, details, code = SubStatus.FAILED, "", 1
-    install_dir = None
     try:
         message, context, run, fab = pull_task_input(client)  # data only: no code of the FAB is loaded
         try:
@@ -151,9 +206,8 @@ def run_task(address: str, token: str, *, insecure: bool, root_certificates: str
             code = 3
             return code
         LOG.info("run %s: app bundle sha256:%s approved by pin %s", run.run_id, digests.sha256, pin)
-        install_dir = Path(tempfile.mkdtemp(prefix="fdp-site-app-"))
         try:
-            app_dir = install_from_fab(fab.content, install_dir=install_dir, skip_prompt=True)
+            app_dir = installed_app(fab.content, digests, Path(apps_dir) if apps_dir else default_apps_dir())
             _forget_modules_of(app_dir)
             client_app = get_load_client_app_fn(default_app_ref="", app_path=str(app_dir), multi_app=True)(
                 run.fab_id, run.fab_version, fab.hash_str)
@@ -176,13 +230,12 @@ def run_task(address: str, token: str, *, insecure: bool, root_certificates: str
         finally:
             heartbeat.stop()
             client.close()
-            if install_dir is not None:
-                shutil.rmtree(install_dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ the launcher loop
 def serve(address: str, *, insecure: bool, root_certificates: str | None, pins: Sequence[str],
-          allow_list: str | None, poll_interval: float = 1.0, parent_pid: int | None = None) -> None:
+          allow_list: str | None, apps_dir: str | Path | None = None, poll_interval: float = 1.0,
+          parent_pid: int | None = None) -> None:
     """Take ClientApp tasks from the SuperNode's runtime API at ``address`` and run each in a new process
     (:func:`run_task`); never returns (stop it with SIGTERM / Ctrl-C).  Refuses to start without a pin."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=no-name-in-module
@@ -202,6 +255,7 @@ def serve(address: str, *, insecure: bool, root_certificates: str | None, pins: 
     base = [sys.executable, "-m", "fdp_flower.clients.site_launcher", "--runtime-api-address", address,
             *(["--insecure"] if insecure else ["--root-certificates", root_certificates] if root_certificates else []),
             *[arg for p in pins for arg in ("--pin", p)], *(["--allow-list", allow_list] if allow_list else []),
+            "--apps-dir", str(Path(apps_dir).expanduser().absolute() if apps_dir else default_apps_dir()),
             "--parent-pid", str(os.getpid())]
     try:
         while True:
@@ -225,16 +279,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root-certificates")
     parser.add_argument("--pin", action="append", default=[])
     parser.add_argument("--allow-list")
+    parser.add_argument("--apps-dir")
     parser.add_argument("--parent-pid", type=int)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="fdp-flower site-clientapp: %(message)s")
     LOG.setLevel(logging.INFO)
     return run_task(args.runtime_api_address, args.token, insecure=args.insecure,
                     root_certificates=args.root_certificates, pins=args.pin, allow_list=args.allow_list,
-                    parent_pid=args.parent_pid)
+                    apps_dir=args.apps_dir, parent_pid=args.parent_pid)
 
 
-__all__ = ["build_fab", "describe_fab", "fab_bytes", "main", "run_task", "serve", "site_pins"]
+__all__ = ["build_fab", "default_apps_dir", "describe_fab", "fab_bytes", "installed_app", "main", "run_task", "serve",
+           "site_pins"]
 
 if __name__ == "__main__":
     sys.exit(main())
