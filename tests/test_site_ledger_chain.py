@@ -102,6 +102,10 @@ def test_the_head_must_live_apart_from_the_ledger(tmp_path):
     from fdp_flower.privacy.site_policy import SitePolicyError
     with pytest.raises(SitePolicyError, match="ledger-head-dir must not be ledger-dir"):
         SitePolicy.from_node_config({"ledger-dir": str(tmp_path / "l"), "ledger-head-dir": str(tmp_path / "l")})
+    for key in ("ledger-dir", "ledger-head-dir"):
+        with pytest.raises(SitePolicyError, match=f"{key} must be an absolute path, got 'rel/dir'"):
+            SitePolicy.from_node_config({key: "rel/dir"})
+    assert SitePolicy.from_node_config({"ledger-dir": "~/fdp"}).ledger_path().is_absolute()
     policy = SitePolicy.from_node_config({"ledger-dir": str(tmp_path / "l"), "ledger-head-dir": str(tmp_path / "h")})
     assert policy.ledger_head_path().parent == tmp_path / "h"
     assert SitePolicy.from_node_config({"ledger-dir": str(tmp_path / "l")}).ledger_head_path().parent == \
@@ -377,3 +381,33 @@ def test_the_client_app_refuses_a_rolled_back_ledger_in_one_line(tmp_path, monke
     reply = call_train(monkeypatch, sc, context(path, ledger_dir), train_message(sc, 1))
     assert reply.has_error() and f"site ledger {ledger_file} is missing, but its head" in reply.error.reason
     assert not ledger_file.exists()
+
+
+@pytest.mark.parametrize("which", ["ledger", "head"])
+def test_a_read_only_ledger_or_head_fails_closed(ledger, monkeypatch, which):
+    """A read-only volume (EROFS from the kernel; simulated at os.open, since root may write anywhere): nothing
+    is released, both files stay as they were."""
+    import errno
+
+    before = (ledger.path.read_bytes(), ledger.head_path.read_bytes())
+    real_open = os.open
+    target = str(ledger.path) if which == "ledger" else str(ledger.head_path.parent)
+
+    def read_only(path, flags, *args, **kw):
+        if str(path).startswith(target) and flags & (os.O_WRONLY | os.O_RDWR) and not str(path).endswith(".lock"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", read_only)
+    message = {"ledger": f"site ledger {ledger.path}: could not open it (Read-only file system); nothing was released",
+               "head": f"site ledger head {ledger.head_path}: could not write it (Read-only file system); nothing "
+                       "was released"}[which]
+    with pytest.raises(SiteLedgerError) as info:
+        ledger.charge(entry(5), POLICY)
+    assert str(info.value) == message
+    monkeypatch.setattr(os, "open", real_open)
+    if which == "ledger":
+        assert (ledger.path.read_bytes(), ledger.head_path.read_bytes()) == before
+    else:  # the line was written and fsynced before the head failed: an over-count, accepted afterwards
+        assert ledger.path.read_bytes().startswith(before[0]) and ledger.head_path.read_bytes() == before[1]
+        assert ledger.totals(POLICY, RUN).releases == 5

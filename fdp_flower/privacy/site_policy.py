@@ -159,6 +159,10 @@ class SitePolicy(_Frozen):
 
     @model_validator(mode="after")
     def _head_apart(self):
+        for key, value in (("ledger-dir", self.ledger_dir), ("ledger-head-dir", self.ledger_head_dir)):
+            if value is not None and not Path(value).expanduser().is_absolute():
+                raise ValueError(f"{key} must be an absolute path, got {value!r} (a relative one would name another "
+                                 "directory in every working directory)")
         if self.ledger_head_dir is not None:
             head = Path(self.ledger_head_dir).expanduser().absolute()
             ledger = Path(self.ledger_dir).expanduser().absolute() if self.ledger_dir else None
