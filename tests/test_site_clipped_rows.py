@@ -154,8 +154,9 @@ def test_released_counts_carry_noise_of_the_charged_sigma(tmp_path):
 
 
 def test_data_the_server_can_count_itself_keep_the_exact_count_on_request(tmp_path):
-    from fdp_flower.algorithms.fdp_admm.config import parse_scenario
     from flwr.app import Context, RecordDict
+
+    from fdp_flower.algorithms.fdp_admm.config import parse_scenario
 
     sc = parse_scenario({"seed": 9, "data": {"n_samples": 80, "grid_points": 21}, "federation": {"num_clients": 2}})
     ctx = Context(run_id=RUN, node_id=5, node_config={"partition-id": 0, "num-partitions": 2}, state=RecordDict(),

@@ -56,7 +56,8 @@ def test_the_pin_of_a_directory_is_the_hash_of_the_bundle_flwr_builds_from_it(ap
     from_dir = capsys.readouterr().out.splitlines()
     assert main(["fab-hash", str(built)]) == 0
     from_file = capsys.readouterr().out.splitlines()
-    assert from_dir[:2] == from_file[:2] == [f"sha256:{digest}", f"files-sha256:{fab_digests(built.read_bytes()).files_sha256}"]
+    files_pin = f"files-sha256:{fab_digests(built.read_bytes()).files_sha256}"
+    assert from_dir[:2] == from_file[:2] == [f"sha256:{digest}", files_pin]
     assert from_file[2].startswith(f"# {built}: 2 files, ")  # the manifest .info/CONTENT is not installed
     assert [name for name, _sha, _size in fab_digests(built.read_bytes()).files] == ["pyproject.toml",
                                                                                      "site_thief_app.py"]
@@ -68,7 +69,7 @@ def test_files_sha256_names_the_files_whatever_the_compression(app):
     a, b = fab_digests(content), fab_digests(stored)
     assert a.sha256 != b.sha256 and a.files_sha256 == b.files_sha256
     edited = rezip(content, zipfile.ZIP_DEFLATED,
-                   lambda name, data: data.replace(b"the hostile app", b"a hostile app") if name.endswith(".py") else data)
+                   lambda name, data: data.replace(b"hostile", b"friendly") if name.endswith(".py") else data)
     assert fab_digests(edited).files_sha256 != a.files_sha256  # one changed file: another app
     manifest = rezip(content, zipfile.ZIP_DEFLATED,
                      lambda name, data: data + b"\n" if name == ".info/CONTENT" else data)

@@ -25,8 +25,8 @@ from fdp_flower.privacy.site_ledger import (
     LEGACY_FORMAT,
     LedgerHead,
     SiteLedger,
-    chain_line,
     SiteLedgerError,
+    chain_line,
     line_hash,
     scan_ledger,
 )

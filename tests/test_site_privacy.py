@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-from pathlib import Path
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest

@@ -127,7 +127,8 @@ def register(subparsers) -> None:
     c.add_argument("--root-certificates", help="CA certificate of the runtime API's TLS")
     c.add_argument("--pin", action="append", default=[], metavar="sha256:HEX",
                    help="an approved app (sha256:... or files-sha256:..., from fdp-flower fab-hash); repeatable")
-    c.add_argument("--allow-list", metavar="FILE", help="a file of pins, one per line (# comments); read for every task")
+    c.add_argument("--allow-list", metavar="FILE",
+                   help="a file of pins, one per line (# comments); read for every task")
     c.add_argument("--apps-dir", metavar="DIR", help="where approved bundles are installed (default: "
                                                      "$FLWR_HOME/fdp-flower-site-apps)")
     c.add_argument("--poll-interval", type=float, default=1.0, help="seconds between task polls (default: 1)")

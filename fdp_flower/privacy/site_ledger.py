@@ -485,7 +485,8 @@ class SiteLedger:
                     cut = f"; it may now end in an incomplete line: {self._hint('repair')}"
                 with contextlib.suppress(OSError):  # best effort: a crash may still bring the line back
                     self._fsync(fd)
-                raise SiteLedgerError(f"site ledger {self.path}: could not {'create it' if create and not before else 'record the release'} "
+                what = "create it" if create and not before else "record the release"
+                raise SiteLedgerError(f"site ledger {self.path}: could not {what} "
                                       f"({getattr(exc, 'strerror', None) or exc}); nothing was released{cut}") from None
         finally:
             os.close(fd)
@@ -669,7 +670,8 @@ class SiteLedger:
                 what = self._describe(scan.legacy, delta, neighbouring)
                 dropped = f", dropping an incomplete last line of {len(scan.torn)} bytes" if scan.torn else ""
                 if not yes:
-                    return f"would adopt site ledger {self.path} (no hash chain): {what}{dropped}; add --yes to adopt it"
+                    return (f"would adopt site ledger {self.path} (no hash chain): {what}{dropped}; add --yes to "
+                            "adopt it")
                 kept = self._aside("v1")
                 fields = {"ledger": secrets.token_hex(16), "time": _now(), "adopted": what,
                           "previous_ledger": str(kept),
@@ -684,7 +686,8 @@ class SiteLedger:
             if state.problem is None:
                 return f"site ledger {self.path} matches its head {self.head_path}; nothing to adopt"
             if state.head is not None or state.head_error is not None or scan.problem is not None or scan.torn:
-                raise SiteLedgerError(f"adopt takes a ledger without a hash chain or without a head; here {state.problem}")
+                raise SiteLedgerError("adopt takes a ledger without a hash chain or without a head; here "
+                                      f"{state.problem}")
             what = self._describe(scan.releases, delta, neighbouring)
             if not yes:
                 return f"would adopt site ledger {self.path} ({scan.count} lines, {what}) under a new head; add --yes"

@@ -395,7 +395,8 @@ def check_private(private: bool, policy: SitePolicy, what: str) -> None:
                           "accept non-private runs")
 
 
-__all__ = ["CLIPPED_ROWS_MECHANISM", "CLIPPED_ROWS_STREAM", "clipped_rows_event", "clipped_rows_release",
-           "KNOWN_NODE_KEYS", "NOISE_SOURCES", "SITE_KEYS", "check_node_config_keys", "nearest_node_key", "SiteNoise", "SitePolicy", "SitePolicyError", "SiteRefusal", "SiteRelease",
-           "SiteTotals", "check_private", "check_release", "flower_home", "read_noise_secret",
-           "secret_release_rng", "site_epsilon", "site_totals"]
+__all__ = ["CLIPPED_ROWS_MECHANISM", "CLIPPED_ROWS_STREAM", "KNOWN_NODE_KEYS", "NOISE_SOURCES", "SITE_KEYS",
+           "SiteNoise", "SitePolicy", "SitePolicyError", "SiteRefusal", "SiteRelease", "SiteTotals",
+           "check_node_config_keys", "check_private", "check_release", "clipped_rows_event", "clipped_rows_release",
+           "flower_home", "nearest_node_key", "read_noise_secret", "secret_release_rng", "site_epsilon",
+           "site_totals"]
