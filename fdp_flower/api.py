@@ -173,9 +173,12 @@ def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) ->
 
 
 @contextmanager
-def _client_directory(data_dir):
+def _client_directory(data_dir, needed: bool = True):
     """A directory for the per-client files: ``data_dir`` (created, kept) or a private temporary one
-    (mode 0700, removed afterwards)."""
+    (mode 0700, removed afterwards); None when nothing is written (``needed`` False and no ``data_dir``)."""
+    if data_dir is None and not needed:
+        yield None
+        return
     if data_dir is not None:
         path = Path(data_dir)
         path.mkdir(parents=True, exist_ok=True)
@@ -311,7 +314,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     out : path or None
         Also write a results directory there (readable by :func:`load_results`).
     data_dir : path or None
-        Keep the per-client files there (default: a temporary directory, removed after the fit).
+        Write one file per client there and fit from the files (default: None, the arrays are passed to the
+        engine in memory and nothing is written).
     reference : bool
         Solve the exact non-private problem on the pooled rows for the history's objective gap
         (default: True).
@@ -325,9 +329,11 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         neighbouring relation, mode), ``ledger``, ``history``, ``scenario``.
     """
     from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+    from fdp_flower.algorithms.fdp_admm.plan import data_source
     from fdp_flower.engines.inprocess import run_fdp_admm
     from fdp_flower.functional.design import CurveData
     from fdp_flower.functional.node_files import file_digest, write_node_file
+    from fdp_flower.functional.sources import curves_digest
     from fdp_flower.outputs.results import write_results
 
     values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
@@ -336,9 +342,17 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         raise InputError("give client_ids or client_column, not both")
     parts, _names = client_partition(len(response_values), n_clients=n_clients,
                                      client_ids=labels if labels is not None else client_ids, seed=seed)
-    with _client_directory(data_dir) as directory:
-        paths = [write_node_file(directory / f"client-{i}.npz",
-                                 CurveData(values[rows], response_values[rows], grid)) for i, rows in enumerate(parts)]
+    clients = [CurveData(values[rows], response_values[rows], grid) for rows in parts]
+    from fdp_flower.functional.fpca import FunctionalBasis
+
+    with _client_directory(data_dir, needed=isinstance(basis, FunctionalBasis)) as directory:
+        source = None
+        if data_dir is None:  # the arrays stay in memory: the scenario names their digest only
+            source_section = {"kind": "in_memory", "digest": curves_digest(clients), "response_offset": response_offset}
+        else:  # the caller asked for the per-client files
+            paths = [write_node_file(directory / f"client-{i}.npz", part) for i, part in enumerate(clients)]
+            source_section = {"kind": "client_arrays", "paths": [str(p) for p in paths],
+                              "digests": [file_digest(p) for p in paths], "response_offset": response_offset}
         algorithm: dict[str, Any] = {"kind": "fdp_admm", "rho": rho}
         if eps is None:  # no noise: the same schedule as total-budget mode (a constant step and a tail average)
             from fdp_flower.algorithms.fdp_admm.config import SPHERE_TOTAL_BUDGET_DEFAULTS, TOTAL_BUDGET_DEFAULTS
@@ -352,8 +366,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             algorithm["estimator"] = {"kind": estimator}
         data = {
             "name": name, "seed": seed,
-            "data": {"kind": "client_arrays", "paths": [str(p) for p in paths],
-                     "digests": [file_digest(p) for p in paths], "response_offset": response_offset},
+            "data": source_section,
             "federation": {"num_clients": len(parts)},
             "basis": _basis_section(basis, n_components, eps,
                                     basis_eps if basis_eps is not None or eps is None
@@ -366,8 +379,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
         scenario = _parse(parse_scenario, data, "fit()")
+        if data_dir is None:
+            source = data_source(scenario, clients)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
-        result = run_fdp_admm(scenario, progress=printer, with_reference=reference)
+        result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
         if out is not None:
             write_results(result, out)
         return FunctionalModel.from_run(result)

@@ -228,20 +228,20 @@ def _hostile(kind):
     def behaviour(rnd, client, msg, reply):
         if client != 2 or rnd not in (2, 4):
             return reply
-        metrics = dict(reply.content["metrics"])
-        primal = reply.content["arrays"]["noisy_primal"].numpy()
+        metrics = {k: list(v) for k, v in reply.content["metrics"].items()}
+        release = reply.content["arrays"]["release"].numpy()
         if kind == "shape":
-            arrays = pack_arrays(noisy_primal=np.ones(primal.size + 1))
+            arrays = pack_arrays(release=np.ones((1, release.shape[1] + 1)))
         elif kind == "nan":
-            arrays = pack_arrays(noisy_primal=np.full(primal.size, np.nan))
+            arrays = pack_arrays(release=np.full(release.shape, np.nan))
         elif kind == "norm":
-            arrays = pack_arrays(noisy_primal=np.full(primal.size, 1e6))
+            arrays = pack_arrays(release=np.full(release.shape, 1e6))
         elif kind == "sigma":
-            arrays, metrics["sigma"] = reply.content["arrays"], metrics["sigma"] * 0.5
+            arrays, metrics["sigma"] = reply.content["arrays"], [s * 0.5 for s in metrics["sigma"]]
         elif kind == "partition":
-            arrays, metrics["partition-id"] = reply.content["arrays"], 0
+            arrays, metrics["partition-id"] = reply.content["arrays"], [0]
         elif kind == "extra-array":
-            arrays = pack_arrays(noisy_primal=primal, scores=np.ones((5, primal.size)))
+            arrays = pack_arrays(release=release, scores=np.ones((5, release.shape[1])))
         elif kind == "garbage":
             return Message(RecordDict({"arrays": ArrayRecord()}), reply_to=msg)
         elif kind == "timeout":
@@ -343,7 +343,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 _metric_values = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=True, allow_infinity=True))
 _metric_keys = st.sampled_from(["partition-id", "num-examples", "eta", "sensitivity", "sigma", "clipped-rows", "x"])
-_arrays = st.dictionaries(st.sampled_from(["noisy_primal", "scores", "dual"]),
+_arrays = st.dictionaries(st.sampled_from(["release", "scores", "dual"]),
                           st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=0, max_size=6),
                           max_size=2)
 
@@ -360,9 +360,9 @@ def test_server_never_crashes_on_any_reply(metrics, arrays, keep_honest_metrics)
     def fuzz(rnd, client, msg, reply):
         if (rnd, client) != (2, 1):
             return reply
-        m = dict(reply.content["metrics"]) if keep_honest_metrics else {}
-        m.update(metrics)
-        return Message(RecordDict({"arrays": pack_arrays(**{k: np.asarray(v) for k, v in arrays.items()}),
+        m = {k: list(v) for k, v in reply.content["metrics"].items()} if keep_honest_metrics else {}
+        m.update({k: [v] for k, v in metrics.items()})
+        return Message(RecordDict({"arrays": pack_arrays(**{k: np.reshape(v, (1, -1)) for k, v in arrays.items()}),
                                    "metrics": MetricRecord(m)}), reply_to=msg)
 
     strategy, _ = run_strategy(sc, fuzz)
@@ -370,7 +370,7 @@ def test_server_never_crashes_on_any_reply(metrics, arrays, keep_honest_metrics)
     failed = [(f.round, f.client) for f in strategy.failures]
     assert failed in ([], [(2, 1)])
     if not failed:  # accepted only if it is exactly a valid release
-        assert set(arrays) == {"noisy_primal"} and len(arrays["noisy_primal"]) == 4
+        assert set(arrays) == {"release"} and len(arrays["release"]) == 4
 
 
 def test_a_restarted_node_rejoins_under_a_new_node_id():

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from fdp_flower.algorithms.registry import any_scenario_from_run_config, load_any_scenario
+from fdp_flower.algorithms.registry import any_scenario_from_run_config, family, load_any_scenario
 from fdp_flower.config.base import (
     APP_DIR,
-    RUN_CONFIG_FIELDS,
+    RUN_CONFIG_TYPES,
     RUN_CONFIG_UNSET,
     ScenarioError,
     run_config_field_overrides,
@@ -33,7 +33,7 @@ def _config(scenario: str, **typed) -> dict:
 
 
 def test_pyproject_declares_every_typed_key_unset_with_its_type():
-    for key, (kind, _paths) in RUN_CONFIG_FIELDS.items():
+    for key, kind in RUN_CONFIG_TYPES.items():
         assert APP_CONFIG[key] == RUN_CONFIG_UNSET and type(APP_CONFIG[key]) is kind, key
 
 
@@ -85,7 +85,7 @@ def test_bad_typed_values_are_one_line_errors(typed, message):
 
 def test_a_key_without_meaning_for_the_family_and_a_field_set_twice_are_errors():
     with pytest.raises(ScenarioError, match="tau has no meaning for p2p"):
-        run_config_field_overrides({"tau": 0.5}, "p2p")
+        run_config_field_overrides({"tau": 0.5}, "p2p", family("zcdp_nfl").run_config)
     with pytest.raises(ScenarioError, match="privacy.eps set both"):
         any_scenario_from_run_config({**_config("scenarios/flwr_default.yaml", eps=0.8),
                                       "overrides": "privacy.eps=0.5"})

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fdp_flower.algorithms.fdp_admm.plan import build_basis, client_features
+from fdp_flower.algorithms.fdp_admm.plan import build_basis
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.clients.site import SiteSession
 from fdp_flower.functional.node_files import read_node_file
 from fdp_flower.privacy import GaussianRelease, pld_epsilon
@@ -59,7 +60,7 @@ def test_one_record_changes_the_count_of_clipped_rows_by_at_most_one(tmp_path):
     rng = np.random.default_rng(3)
 
     def count(curves):
-        return client_features(sc, basis, type(data)(curves, data.response[: len(curves)], data.grid))[1]
+        return site_features(sc, basis, type(data)(curves, data.response[: len(curves)], data.grid))[1]
 
     base = count(data.curves)
     assert 0 < base < len(data.curves) and base == int(np.sum(norms > clip))  # some rows clipped, some not

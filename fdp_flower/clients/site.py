@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,16 +106,22 @@ class SiteSession:
         if self.node_local:
             check_private(private, self.policy, what)
 
-    def noise_for(self, release: GaussianRelease) -> np.random.Generator:
-        """The generator of ``release``'s noise; on node-local data the release is first checked
-        against the site's policy and ledger and recorded there, fsynced (a refusal raises and
-        records nothing).  Call it after the noise-free value is computed, right before the noise."""
+    def noise_for(self, releases: GaussianRelease | Sequence[GaussianRelease]) -> np.random.Generator:
+        """The generator of one draw's noise (:data:`fdp_flower.algorithms.protocol.NoiseSource`): ``releases``
+        are the ledger events the draw serves (one in a real federation).  On node-local data each
+        release is first checked against the site's policy and ledger and recorded there, fsynced (a
+        refusal raises and records nothing).  Call it after the noise-free value is computed, right
+        before the noise is drawn."""
+        releases = [releases] if isinstance(releases, GaussianRelease) else list(releases)
+        first = releases[0]
         if not self.node_local:
-            return release_rng(self.run_seed, release.client, release.round, self.requested_source)
+            return release_rng(self.run_seed, first.client, first.round, self.requested_source)
+        if len(releases) != 1:
+            raise SiteRefusal("a site's draw serves exactly one release")
         source = self.noise.source(self.requested_source, node_local=True)
         rng = self.noise.release_rng(source, node_local=True, run_seed=self.run_seed, run_id=self.run_id,
-                                     client=release.client, round_=release.round)
-        self.totals = self.ledger.charge(SiteRelease(self.run_id, release, source, self.scenario), self.policy)
+                                     client=first.client, round_=first.round)
+        self.totals = self.ledger.charge(SiteRelease(self.run_id, first, source, self.scenario), self.policy)
         return rng
 
     def clipped_rows(self, count: int, *, client: int, round_: int, requested: bool) -> float | int | None:

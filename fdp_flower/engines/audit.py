@@ -178,37 +178,36 @@ class _Protocol:
 
 
 class FDPADMMProtocol(_Protocol):
-    """FDP-ADMM: client ``party`` of the server-coordinated federation (release: the primal wt_i)."""
+    """FDP-ADMM: client ``party`` of the server-coordinated federation (release: its noisy descent term
+    at the point the server names, :mod:`fdp_flower.algorithms.fdp_admm.site`; the public state advances
+    by the protocol's server step, :func:`fdp_flower.algorithms.fdp_admm.protocol.server_round`)."""
 
-    mechanism = "fdp_admm_primal"
+    mechanism = "fdp_admm_subgradient"
 
     def __init__(self, scenario, party: int = 0):
-        from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, model_dim, noise_scales
+        from fdp_flower.algorithms.fdp_admm.plan import build_objective, model_dim, noise_plan, site_plan
         from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
-        from fdp_flower.engines.inprocess import stack_clients
+        from fdp_flower.algorithms.fdp_admm.site import SiteData
 
         if not scenario.privacy.enabled:
             raise ValueError("the audit needs privacy.enabled: true (nothing is calibrated otherwise)")
-        sizes, basis, feats, resp, _clipped, _ev = simulation_setup(scenario, with_reference=False)
+        sizes, basis, feats, resp, clipped, _ev = simulation_setup(scenario, with_reference=False)
         self.scenario, self.c = scenario, party
         self.sizes = np.asarray(sizes, dtype=float)
         self.feats, self.resp = feats, resp
         self.objective = build_objective(scenario)
         self.dim = model_dim(scenario, basis)
-        self.plan = NoisePlan(scenario, self.dim)
-        self.scales = noise_scales(scenario, basis)
+        self.steps_plan = noise_plan(scenario, basis)
+        self.site_plan = site_plan(scenario, basis)
+        self.scales = self.site_plan.scales
         self.rho = scenario.algorithm.rho
-        self.stacked = stack_clients(feats, resp)
+        others = [i for i in range(len(sizes)) if i != party]
+        self.others = SiteData.stack(others, [feats[i] for i in others], [resp[i] for i in others],
+                                     [clipped[i] for i in others])
         self.steps = scenario.algorithm.rounds
         self.delta = scenario.privacy.delta
         self.name = f"FDP-ADMM ({scenario.model.clip_shape} clip)"
         self.free_rows = not scenario.model.intercept
-        self._cache: dict[int, tuple] = {}
-
-    def _plan(self, step):
-        if step not in self._cache:
-            self._cache[step] = self.plan.release(step, self.sizes)
-        return self._cache[step]
 
     def party(self):
         return PartyData(self.feats[self.c], self.resp[self.c])
@@ -223,29 +222,25 @@ class FDPADMMProtocol(_Protocol):
         return initial_state(self.scenario, self.dim)
 
     def release(self, public, hidden, data, step):
-        from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+        from fdp_flower.algorithms.fdp_admm.site import SiteData, mean_loss_terms
 
-        eta = self._plan(step)[0]
-        q = client_primal_step(objective=self.objective, noisy_primal=public.noisy_primals[self.c],
-                               global_w=public.global_w, dual=public.duals[self.c], features=data.features,
-                               response=data.response, eta=eta[self.c], rho=self.rho)
-        return q, None
+        site = SiteData.stack([self.c], [data.features], [data.response])
+        return -mean_loss_terms(self.site_plan.loss, site, public.noisy_primals[self.c][None, :])[0], None
 
     def calibration(self, step):
-        _eta, sens, sigma = self._plan(step)
-        return float(sens[self.c]), float(sigma[self.c])
+        sens, sigma = self.site_plan.calibration(step, self.sizes[self.c])
+        return float(sens), float(sigma)
 
     def advance(self, public, released, hidden, step, rng):
-        from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+        from fdp_flower.algorithms.fdp_admm.protocol import server_round
+        from fdp_flower.algorithms.fdp_admm.site import noisy_descent_terms
 
-        eta, _sens, sigma = self._plan(step)
-        f, y, mask = self.stacked
-        primals = client_primal_step(objective=self.objective, noisy_primal=public.noisy_primals,
-                                     global_w=public.global_w[None, :], dual=public.duals, features=f, response=y,
-                                     eta=eta[:, None], rho=self.rho, mask=mask)
-        noisy = np.stack([released if i == self.c else add_gaussian_noise(primals[i], sigma[i], rng, self.scales)
-                          for i in range(len(self.sizes))])
-        return public.advance(noisy, self.rho)
+        points = public.noisy_primals[list(self.others.clients)]
+        terms = noisy_descent_terms(self.others, points, round_=step, plans=[self.site_plan], noise=lambda _e: rng)
+        descent = np.insert(terms, self.c, released, axis=0)
+        eta = self.steps_plan.step_size(step, self.sizes)
+        state, _control = server_round(self.scenario, self.objective, public, descent, eta=eta[:, None], rho=self.rho)
+        return state
 
     def adversarial_states(self, row):
         from dataclasses import replace
@@ -525,24 +520,22 @@ class P2PProtocol(_Protocol):
 
 
 def protocol_for(scenario, *, party: int = 0, variant: str | None = None, fpca: bool = False) -> _Protocol:
-    """The audited protocol of a scenario of any family (``fpca``: its federated DP-FPCA phase)."""
-    from fdp_flower.algorithms.registry import family_of
+    """The audited protocol of a scenario of any family (its registry record's ``audit``; ``fpca``: the
+    federated DP-FPCA phase of an FDP-ADMM scenario)."""
+    from fdp_flower.algorithms.registry import family, resolve
 
-    family = family_of(scenario.algorithm.kind)
-    parties = scenario.topology.num_nodes if family == "p2p" else scenario.federation.num_clients
+    record = family(scenario.algorithm.kind)
+    parties = record.num_clients(scenario)
     if not 0 <= party < parties:
         raise ValueError(f"party must be a client / node index in 0..{parties - 1}, got {party}")
-    if variant is not None and family != "p2p":
+    if variant is not None and record.name != "p2p":
         raise ValueError(f"variant {variant!r} applies to zcdp_nfl scenarios only")
     if fpca:
-        if family != "fdp_admm":
+        if record.name != "fdp_admm":
             raise ValueError("--fpca audits the federated DP-FPCA phase of an FDP-ADMM scenario")
         return FederatedFPCAProtocol(scenario, party)
-    if family == "fdp_admm":
-        return FDPADMMProtocol(scenario, party)
-    if family == "gradient_admm":
-        return GradientADMMProtocol(scenario, party)
-    return P2PProtocol(scenario, party, variant)
+    audited = resolve(record.audit)
+    return audited(scenario, party) if variant is None else audited(scenario, party, variant)
 
 
 # ------------------------------------------------------------------ neighbours

@@ -49,7 +49,10 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: denominator, which none of them releases):
 #:
 #: - ``gaussian_gradient``: DP-ADMM's noisy mean gradient (Xu et al. 2020): 2c/m;
-#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal (Zhou & Xiang 2022): 2G/(m (rho + 1/eta));
+#: - ``fdp_admm_subgradient``: FDP-ADMM's noisy descent term, the clipped mean subgradient (Zhou & Xiang
+#:   2022, the data term of their primal): 2G/m;
+#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal, as releases before the descent term recorded it:
+#:   2G/(m (rho + 1/eta));
 #: - ``pr_admm_primal``, ``nfl_primal``: exact or linearized local solves with a
 #:   strongly convex data-independent part (Ding et al. 2019, Gauthier et al. 2023): V/(m eta |V_i|);
 #: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded;
@@ -59,6 +62,7 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: A bare ``gaussian`` release has no known query, so it is not converted.
 NEIGHBOURING_FACTORS: dict[str, float] = {
     "gaussian_gradient": 1.0,
+    "fdp_admm_subgradient": 1.0,
     "fdp_admm_primal": 1.0,
     "pr_admm_primal": 1.0,
     "nfl_primal": 1.0,
