@@ -23,9 +23,9 @@ with warnings.catch_warnings():
     from flwr.serverapp import Grid, ServerApp
 
 from fdp_flower.algorithms.fdp_admm.plan import build_basis
-from fdp_flower.algorithms.registry import any_scenario_from_run_config
 from fdp_flower.algorithms.protocol import SiteRequest
-from fdp_flower.wire import SETUP_PHASE, pack_requests
+from fdp_flower.algorithms.registry import any_scenario_from_run_config
+from fdp_flower.wire import RELEASE_KEY, SETUP_PHASE, pack_requests
 
 app = ServerApp()
 WAIT = 300.0
@@ -41,13 +41,14 @@ def _outcomes(replies) -> dict[str, dict]:
         partition = reply.content["metrics"]["partition-id"]
         entry = {"partition": int(partition[0] if isinstance(partition, list) else partition),
                  "site": dict(reply.content["site"]) if "site" in reply.content else None}
-        if "release" in reply.content["arrays"]:
-            entry["released"] = reply.content["arrays"]["release"].numpy()[0].tolist()
+        if RELEASE_KEY in reply.content["arrays"]:
+            entry["released"] = reply.content["arrays"][RELEASE_KEY].numpy()[0].tolist()
         out[node] = entry
     return out
 
 
 def train(grid: Grid, nodes, round_: int, basis) -> dict[str, dict]:
+    """Ask every node for its release of ``round_`` at the point 0 (the node's own partition)."""
     request = SiteRequest(None, round_, {"point": np.zeros(basis.n_components)})
     broadcast = {f"basis_{k}": v for k, v in basis.to_arrays().items()}
     messages = [Message(pack_requests([request], {}, broadcast), dst_node_id=node, message_type=MessageType.TRAIN)

@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,13 +22,13 @@ from scipy import stats
 
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
 from fdp_flower.algorithms.fdp_admm.plan import build_basis, build_objective, site_plan
-from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.algorithms.fdp_admm.site import site_features
+from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.functional import design, federated_fpca
 from fdp_flower.functional.node_files import read_node_file, write_node_file
 from fdp_flower.privacy import GaussianRelease, pld_epsilon
 from fdp_flower.privacy.mechanisms import release_rng
-from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError, entry_line, parse_lines
+from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError
 from fdp_flower.privacy.site_policy import (
     SiteNoise,
     SitePolicy,
@@ -156,7 +157,7 @@ def test_ledger_is_append_only_and_totals_are_the_pld_accountants(tmp_path):
     for rnd in (1, 2, 3):
         totals = ledger.charge(entry(round_=rnd, sigma=0.5 + rnd), policy)
         now = ledger.path.read_bytes()
-        assert now.startswith(before) and now.count(b"\n") == rnd  # earlier lines never change
+        assert now.startswith(before) and now.count(b"\n") == 1 + rnd  # earlier lines never change (1: "open")
         before = now
     assert stat.S_IMODE(ledger.path.stat().st_mode) == 0o600
     assert stat.S_IMODE(ledger.path.parent.stat().st_mode) == 0o700
@@ -175,15 +176,17 @@ def test_ledger_is_append_only_and_totals_are_the_pld_accountants(tmp_path):
     assert add_remove.eps == pytest.approx(pld_epsilon([r.under("add_remove") for r in releases], 1e-5), rel=1e-6)
     # a mean over m rows moves as far when a row is removed as when one is replaced: same eps
     assert add_remove.eps == totals.eps and add_remove.neighbouring == "add_remove"
-    assert [json.loads(line)["round"] for line in ledger.path.read_text().splitlines()] == [1, 2, 3, 3]
+    rows = [json.loads(line) for line in ledger.path.read_text().splitlines()]
+    assert [row["kind"] for row in rows] == ["open"] + ["release"] * 4
+    assert [row["round"] for row in rows[1:]] == [1, 2, 3, 3]
 
 
 def test_a_refused_release_leaves_the_ledger_byte_identical(tmp_path):
-    ledger = SiteLedger(tmp_path / "site-ledger.jsonl")
+    ledger = SiteLedger(tmp_path / "site" / "site-ledger.jsonl")
     one, two = (pld_epsilon([release(sigma=1.0)] * n, 1e-5) for n in (1, 2))
     policy = SitePolicy(max_eps=(one + two) / 2)  # room for one release of this size, not two
     ledger.charge(entry(round_=1), policy)
-    snapshot = ledger.path.read_bytes()
+    snapshot, head = ledger.path.read_bytes(), ledger.head_path.read_bytes()
     with pytest.raises(SiteRefusal, match=r"round 2 would bring the site's eps to [\d.]+ > max-eps [\d.]+ at delta "
                                           r"1e-05 \(replace_one, PLD; [\d.]+ spent in 1 releases\)"):
         ledger.charge(entry(round_=2), policy)
@@ -191,39 +194,33 @@ def test_a_refused_release_leaves_the_ledger_byte_identical(tmp_path):
     with pytest.raises(SiteRefusal, match=f"re-release: run {RUN} already received client 0's fdp_admm_primal "
                                           "release of round 1"):
         ledger.charge(entry(round_=1, sigma=1e6), SitePolicy(max_eps=100.0))  # even with more noise
-    assert ledger.path.read_bytes() == snapshot
+    assert ledger.path.read_bytes() == snapshot and ledger.head_path.read_bytes() == head
     assert ledger.charge(entry(round_=1, client=1, sigma=1e3), SitePolicy(max_eps=100.0)).releases == 2
 
 
-def test_a_failed_fsync_releases_nothing(tmp_path):
+def test_a_failed_fsync_releases_nothing_and_leaves_no_torn_line(tmp_path):
+    """A full disk: nothing is released, and the ledger is cut back to its last complete line (the
+    tamper-evident chain, the head, repair and reset: tests/test_site_ledger_chain.py)."""
     def broken(fd):
         raise OSError(28, "No space left on device")
 
-    ledger = SiteLedger(tmp_path / "site-ledger.jsonl", fsync=broken)
-    with pytest.raises(SiteLedgerError, match="could not create it .*nothing was released"):
+    ledger = SiteLedger(tmp_path / "site" / "site-ledger.jsonl", fsync=broken)
+    with pytest.raises(SiteLedgerError, match=r"could not write it \(No space left on device\); nothing was released"):
         ledger.charge(entry(), SitePolicy())
-    with pytest.raises(SiteLedgerError, match="could not record the release .*nothing was released"):
-        ledger.charge(entry(), SitePolicy())
+    assert not ledger.path.exists() and not ledger.head_path.exists()
+    good = SiteLedger(ledger.path, ledger.head_path)
+    good.charge(entry(round_=1), SitePolicy())
+    snapshot, head = ledger.path.read_bytes(), ledger.head_path.read_bytes()
 
+    def ledger_fsync_fails(fd):  # the ledger's disk is full, the head's is not
+        if os.readlink(f"/proc/self/fd/{fd}") == str(ledger.path):
+            raise OSError(28, "No space left on device")
+        os.fsync(fd)
 
-def test_a_torn_or_corrupt_line_is_a_clear_error(tmp_path):
-    path = tmp_path / "site-ledger.jsonl"
-    good = entry_line(entry(round_=1)) + entry_line(entry(round_=2))
-    path.write_text(good + entry_line(entry(round_=3))[:40])  # the node died while writing line 3
-    with pytest.raises(SiteLedgerError) as info:
-        SiteLedger(path).read()
-    assert str(info.value) == (f"site ledger {path}: line 3 is incomplete (the node stopped while writing it, so "
-                               "that release never left the site); check the file and remove that line to continue")
-    with pytest.raises(SiteLedgerError, match="line 3 is incomplete"):  # and nothing more is charged
-        SiteLedger(path).charge(entry(round_=4), SitePolicy())
-    assert path.read_text().endswith(entry_line(entry(round_=3))[:40])
-    path.write_text(good.replace('"round": 2', '"round": "two"'))
-    with pytest.raises(SiteLedgerError, match=r"line 2 is corrupt \(ValueError: .*\); fix or move the file"):
-        SiteLedger(path).read()
-    path.write_text(good.replace("fdp-flower-site-ledger/1", "other/9", 1))
-    with pytest.raises(SiteLedgerError, match="line 1 is corrupt .*format 'other/9'"):
-        SiteLedger(path).read()
-    assert len(parse_lines(good)) == 2
+    with pytest.raises(SiteLedgerError, match="could not record the release .*nothing was released$"):
+        SiteLedger(ledger.path, ledger.head_path, fsync=ledger_fsync_fails).charge(entry(round_=2), SitePolicy())
+    assert ledger.path.read_bytes() == snapshot and ledger.head_path.read_bytes() == head  # cut back: no torn line
+    assert good.charge(entry(round_=2), SitePolicy()).releases == 2
 
 
 # ------------------------------------------------------------------ the real ClientApp on a node-local file
@@ -277,10 +274,18 @@ def test_the_ledger_line_is_fsynced_before_the_noise_is_drawn(tmp_path, monkeypa
     events = []
     real_fsync, real_noise_for = os.fsync, SiteSession.noise_for
     ledger_path = tmp_path / "ledger" / "site-ledger.jsonl"
+    head_dir = tmp_path / "ledger-head"
+
+    def on_disk():  # (lines in the ledger, lines its head records)
+        heads = list(head_dir.glob("*.head.json"))
+        return (ledger_path.read_text().count("\n") if ledger_path.exists() else 0,
+                json.loads(heads[0].read_text())["count"] if heads else None)
 
     def fsync(fd):
         real_fsync(fd)
-        events.append(("fsync", ledger_path.read_text().count("\n") if ledger_path.exists() else 0))
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        what = "ledger" if name == str(ledger_path) else "head" if ".head.json" in name else f"dir {Path(name).name}"
+        events.append(("fsync", what, *on_disk()))
 
     class Watched:
         """The site's generator, noting when the noise is drawn."""
@@ -289,7 +294,7 @@ def test_the_ledger_line_is_fsynced_before_the_noise_is_drawn(tmp_path, monkeypa
             self.rng = rng
 
         def standard_normal(self, *args, **kw):
-            events.append(("noise", ledger_path.read_text().count("\n")))
+            events.append(("noise", "", *on_disk()))
             return self.rng.standard_normal(*args, **kw)
 
     def noise_for(self, releases):
@@ -300,8 +305,11 @@ def test_the_ledger_line_is_fsynced_before_the_noise_is_drawn(tmp_path, monkeypa
     sc, path = node_scenario(), node_file(tmp_path)
     reply = call_train(monkeypatch, sc, context(path, tmp_path / "ledger"), train_message(sc, 1))
     assert not reply.has_error()
-    # directory entry, then the line, then -- with the line on disk -- the noise; the reply comes last
-    assert events == [("fsync", 0), ("fsync", 1), ("noise", 1)]
+    # a new site: an empty head, the ledger's "open" and release lines and its directory entry, the head of
+    # those 2 lines; only then -- with the line and the head on disk -- the noise; the reply comes last
+    assert events == [("fsync", "head", 0, None), ("fsync", "dir ledger-head", 0, 0),
+                      ("fsync", "ledger", 2, 0), ("fsync", "dir ledger", 2, 0),
+                      ("fsync", "head", 2, 0), ("fsync", "dir ledger-head", 2, 2), ("noise", "", 2, 2)]
 
     def full_disk(fd):
         raise OSError(28, "No space left on device")

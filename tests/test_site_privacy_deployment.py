@@ -196,8 +196,8 @@ def test_sites_refuse_a_greedy_server_and_keep_their_ledgers_across_a_restart(tm
         assert set(reply) == {"error"} and "would bring the site's eps to" in reply["error"], reply
         assert f"> max-eps {max_eps:g}" in reply["error"]
     assert unchanged
-    for path in ledgers:
-        assert len(path.read_text().splitlines()) == 2
+    for path in ledgers:  # the ledger's "open" line and the two releases
+        assert [json.loads(line)["kind"] for line in path.read_text().splitlines()] == ["open", "release", "release"]
 
     # SuperNode 0 was killed and restarted (a new node id): same ledger, same totals, and it refuses
     # to release round 1 of this run again; a round past the calibrated three is refused too

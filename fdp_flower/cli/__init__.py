@@ -56,7 +56,7 @@ def _registered():
     """Subcommands contributed by other modules (privacy calculator, sweeps, ...)."""
     hooks = []
     for module in ("fdp_flower.cli.privacy", "fdp_flower.cli.sweep", "fdp_flower.cli.partition",
-                   "fdp_flower.cli.audit"):
+                   "fdp_flower.cli.audit", "fdp_flower.cli.site"):
         try:
             hooks.append(__import__(module, fromlist=["register"]).register)
         except ImportError:

@@ -30,13 +30,17 @@ from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import release_rng
 from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError
 from fdp_flower.privacy.site_policy import (
+    CLIPPED_ROWS_STREAM,
     SiteNoise,
     SitePolicy,
     SitePolicyError,
     SiteRefusal,
     SiteRelease,
     SiteTotals,
+    check_node_config_keys,
     check_private,
+    clipped_rows_event,
+    clipped_rows_release,
 )
 
 with warnings.catch_warnings():
@@ -116,14 +120,17 @@ class SiteSession:
 
         ``node_local``: whether the release is computed from the node's own data
         (:attr:`fdp_flower.functional.sources.NodeFilesSource.node_local`); only then is the node
-        config's policy read (one-line :class:`SitePolicyError` for a bad key).
+        config's policy read.  A key the site does not know is refused in every case (one-line
+        :class:`SitePolicyError` naming the nearest known key), so that a misspelled ``data-path``
+        or policy key never runs the node outside its policy.
         """
+        check_node_config_keys(context.node_config)  # also off node-local data: a misspelled data-path
         requested = str(getattr(scenario.privacy, "noise_source", "seeded"))
         if not node_local:  # no site ledger, so no run key is needed
             return cls(False, 0, int(scenario.seed), requested)
         policy = SitePolicy.from_node_config(context.node_config)
         return cls(True, int(context.run_id), int(scenario.seed), requested, scenario_digest(scenario), policy,
-                   SiteNoise.of(policy), SiteLedger(policy.ledger_path()))
+                   SiteNoise.of(policy), SiteLedger(policy.ledger_path(), policy.ledger_head_path()))
 
     def admit(self, private: bool, what: str) -> None:
         """Refuse ``what`` if it would be released without noise and the site does not allow that."""
@@ -147,6 +154,28 @@ class SiteSession:
                                      client=first.client, round_=first.round)
         self.totals = self.ledger.charge(SiteRelease(self.run_id, first, source, self.scenario), self.policy)
         return rng
+
+    def clipped_rows(self, count: int, *, client: int, round_: int, requested: bool) -> float | int | None:
+        """What a reply may say about the count of ``client``'s clipped rows in ``round_`` (None: nothing).
+
+        Node-local data -- the site decides, whatever the run config asks (``requested``): nothing unless
+        its node config sets ``clipped-rows-sigma``; then the count plus Gaussian noise of that sigma
+        (:func:`~fdp_flower.privacy.site_policy.clipped_rows_release`, sensitivity 1), checked against
+        the site's policy and charged to its ledger, fsynced, before the noise is drawn (a refusal
+        raises and releases nothing), from its own noise stream (not the primal's draws).  Other data
+        (simulated, public: the server can count them itself): the exact count if ``requested``.
+        """
+        if not self.node_local:
+            return int(count) if requested else None
+        sigma = self.policy.clipped_rows_sigma
+        if sigma is None:
+            return None
+        source = self.noise.source(self.requested_source, node_local=True)
+        rng = self.noise.release_rng(source, node_local=True, run_seed=self.run_seed, run_id=self.run_id,
+                                     client=client, round_=round_, stream=CLIPPED_ROWS_STREAM)
+        self.totals = self.ledger.charge(SiteRelease(self.run_id, clipped_rows_event(client, round_, sigma), source,
+                                                     self.scenario), self.policy)
+        return clipped_rows_release(count, sigma, rng)
 
     def records(self) -> dict[str, ConfigRecord]:
         """``{"site": ConfigRecord}`` with the site's totals (lifetime and this run, PLD eps at its

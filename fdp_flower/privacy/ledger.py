@@ -55,7 +55,9 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #:   2G/(m (rho + 1/eta));
 #: - ``pr_admm_primal``, ``nfl_primal``: exact or linearized local solves with a
 #:   strongly convex data-independent part (Ding et al. 2019, Gauthier et al. 2023): V/(m eta |V_i|);
-#: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded.
+#: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded;
+#: - ``clipped_rows_count``: a count of records (not a mean), which one replaced, added or removed
+#:   record changes by at most 1: sensitivity 1 under both relations.
 #:
 #: A bare ``gaussian`` release has no known query, so it is not converted.
 NEIGHBOURING_FACTORS: dict[str, float] = {
@@ -65,6 +67,7 @@ NEIGHBOURING_FACTORS: dict[str, float] = {
     "pr_admm_primal": 1.0,
     "nfl_primal": 1.0,
     "fpca_covariance": 1.0,
+    "clipped_rows_count": 1.0,  # a count of records: +-1 when one is replaced, added or removed
 }
 
 
