@@ -152,3 +152,15 @@ def test_the_server_cannot_ask_a_site_for_its_count_of_clipped_rows(site, monkey
     reply = ask(monkeypatch, scenario(privacy={"report_clipped_rows": True}), context(), 1, np.zeros(K))
     assert not reply.has_error()
     assert set(reply.content["metrics"].keys()) == {"partition-id", "num-examples", "sensitivity", "sigma"}
+
+
+def test_a_site_that_opts_in_sends_a_noisy_charged_count(site, monkeypatch):
+    """With the node config's clipped-rows-sigma the site sends its count plus noise and charges it:
+    two charges for the round (the descent term and the count)."""
+    path, ledger, context = site
+    reply = ask(monkeypatch, scenario(), context(**{"clipped-rows-sigma": 5.0}), 1, np.zeros(K))
+    assert not reply.has_error()
+    metrics = reply.content["metrics"]
+    assert float(metrics["clipped-rows-sigma"][0]) == 5.0 and isinstance(metrics["clipped-rows"][0], float)
+    charged = [line for line in ledger.read_text().splitlines() if '"round": 1' in line]
+    assert len(charged) == 2

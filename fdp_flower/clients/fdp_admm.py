@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -47,6 +48,8 @@ from fdp_flower.wire import (
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
     from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+log = logging.getLogger(__name__)
 
 _BASIS_STATE = "fdp-basis"
 #: The node's feature cache, under FLWR_HOME as the ClientApp process sees it (Flower's ``~/.flwr``)
@@ -318,10 +321,19 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
             if isinstance(outcome, Exception):
                 refused[j] = outcome
                 continue
-            # a count of clipped rows is data-dependent: a site (node-local data) decides whether to send it
-            # -- never at the server's request; simulated data send it when the scenario asks
-            if not site.node_local and (scenario.privacy.report_clipped_rows or not scenario.privacy.enabled):
-                outcome = replace(outcome, metrics={**outcome.metrics, "clipped-rows": rows[j][1]})
+            # a count of clipped rows is data-dependent: on node-local data the site decides (its node config's
+            # clipped-rows-sigma: noised and charged), never the server; simulated data send it when asked
+            try:
+                count = site.clipped_rows(rows[j][1], client=partitions[j], round_=requests[j].round,
+                                          requested=scenario.privacy.report_clipped_rows or not scenario.privacy.enabled)
+            except SITE_ERRORS as exc:  # the count is refused alone: the release stands
+                count = None
+                log.warning("fdp-flower: client %d's count of clipped rows not sent: %s", partitions[j], exc)
+            if count is not None:
+                extra = {"clipped-rows": count}
+                if site.node_local:
+                    extra["clipped-rows-sigma"] = float(site.policy.clipped_rows_sigma)
+                outcome = replace(outcome, metrics={**outcome.metrics, **extra})
             released.append(outcome)
     from flwr.common.constant import ErrorCode
 

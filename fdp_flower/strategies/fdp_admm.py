@@ -109,7 +109,7 @@ class FDPADMMStrategy(ProtocolStrategy):
     @property
     def clipped_rows(self) -> dict[int, int]:
         """client -> the count of clipped rows it reported (only when it reports them)."""
-        return {c: int(m["clipped-rows"]) for c, m in self.site_metrics.items() if "clipped-rows" in m}
+        return {c: int(round(float(m["clipped-rows"]))) for c, m in self.site_metrics.items() if "clipped-rows" in m}
 
     def resume_from(self, checkpoint) -> int:
         """Continue a run after ``checkpoint.round`` (:class:`fdp_flower.outputs.checkpoint.Checkpoint`): state,

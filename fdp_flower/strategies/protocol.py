@@ -293,6 +293,11 @@ class ProtocolStrategy(Strategy):
             extra = {k: v for k, v in release.metrics.items() if k not in ("sensitivity", "sigma")}
             if extra:
                 self.site_metrics[client] = extra
+            sigma = float(extra.get("clipped-rows-sigma", 0.0) or 0.0)
+            if sigma > 0:  # a count the site chose to release, noised: it joins the client's ledger
+                from fdp_flower.privacy.site_policy import clipped_rows_event
+
+                self.server.ledger.record(clipped_rows_event(client, server_round, sigma))
         for client in clients:  # a client the reply leaves out may have been released
             if client is not None and client not in answered:
                 self._fail(client, f"the node's reply has no release for client {client}", MAY_HAVE_RELEASED,
