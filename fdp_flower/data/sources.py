@@ -169,7 +169,8 @@ class ArraysSource(_TabularSource):
 
         c = self.config
         parts = self._parts()
-        test = read_arrays_file(c.test_path) if c.test_path else None
+        test_path = getattr(c, "test_path", None)
+        test = read_arrays_file(test_path) if test_path else None
         labels = tuple(y for _, y in parts)
         if not c.intercept:
             features = tuple(a for a, _ in parts)
@@ -196,8 +197,66 @@ class ArraysSource(_TabularSource):
         return a, y
 
 
-#: tabular data-source kind -> its class (the schema's ``data.kind``)
-SOURCES: dict[str, type[_TabularSource]] = {cls.kind: cls for cls in (AdultA9ASource, BreastCancerSource, ArraysSource)}
+def fixed_size_split(features: np.ndarray, labels: np.ndarray, num_clients: int, samples_per_client: int,
+                     test_samples: int, rng: np.random.Generator):
+    """``num_clients`` parts of exactly ``samples_per_client`` rows and ``test_samples`` test rows, drawn from
+    one permutation of the rows (Ding et al. 2019, Sec. V); a one-line ``ValueError`` when the data are too
+    small.  Returns (features list, labels list, test features, test labels)."""
+    n = len(labels)
+    need = num_clients * samples_per_client + test_samples
+    if need > n:
+        raise ValueError(f"{num_clients} nodes x {samples_per_client} samples + {test_samples} test rows "
+                         f"need {need} rows; the data has {n}")
+    perm = rng.permutation(n)
+    train = perm[: num_clients * samples_per_client].reshape(num_clients, samples_per_client)
+    test = perm[num_clients * samples_per_client: need]
+    return [features[r] for r in train], [labels[r] for r in train], features[test], labels[test]
+
+
+@dataclass(frozen=True)
+class AdultNodesSource(_TabularSource):
+    """UCI Adult as Ding et al. (2019), Sec. V use it: the rows without a missing value of both files,
+    pooled, encoded like a9a with an intercept column and divided by the public sqrt(15) (the most ones a
+    row can hold) (:func:`fdp_flower.data.tabular.adult_a9a` with ``intercept`` and ``complete_rows``), then
+    ``samples_per_node`` rows per client and ``test_samples`` test rows from one permutation
+    (:func:`fixed_size_split`).  The same loader as :class:`AdultA9ASource`, another sample of it."""
+
+    kind: ClassVar[str] = "adult_nodes"
+
+    def _load(self) -> PartitionedRows:
+        from fdp_flower.data.tabular import adult_a9a
+
+        c = self.config
+        adult = adult_a9a(c.path, c1=1e300, normalise=True, intercept=True, complete_rows=True)
+        x, y = np.vstack([adult.x_train, adult.x_test]), np.concatenate([adult.y_train, adult.y_test])
+        features, labels, test_x, test_y = fixed_size_split(x, y, self.num_clients, c.samples_per_node,
+                                                            c.test_samples, data_rng(self.seed))
+        return PartitionedRows(tuple(features), tuple(labels), np.vstack(features), test_x, test_y)
+
+
+@dataclass(frozen=True)
+class BreastCancerNodesSource(_TabularSource):
+    """scikit-learn's breast-cancer data as the peer-to-peer experiments use it: standardized (pooled
+    statistics, a non-private convenience), an intercept column appended, every row divided by the public
+    sqrt(31), then ``samples_per_node`` rows per client and ``test_samples`` test rows (:func:`fixed_size_split`)."""
+
+    kind: ClassVar[str] = "breast_cancer_nodes"
+
+    def _load(self) -> PartitionedRows:
+        from fdp_flower.data.tabular import load_breast_cancer_binary
+
+        c = self.config
+        x, y = load_breast_cancer_binary(standardize=True, intercept=True)
+        x = x / np.sqrt(x.shape[1])
+        features, labels, test_x, test_y = fixed_size_split(x, y, self.num_clients, c.samples_per_node,
+                                                            c.test_samples, data_rng(self.seed))
+        return PartitionedRows(tuple(features), tuple(labels), np.vstack(features), test_x, test_y)
+
+
+#: tabular data-source kind -> its class (the schema's ``data.kind``; ``adult_nodes`` and
+#: ``breast_cancer_nodes`` are the peer-to-peer family's kinds)
+SOURCES: dict[str, type[_TabularSource]] = {cls.kind: cls for cls in (
+    AdultA9ASource, BreastCancerSource, ArraysSource, AdultNodesSource, BreastCancerNodesSource)}
 
 
 def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0) -> _TabularSource:
@@ -212,5 +271,5 @@ def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0)
     return cls(config, seed, num_clients)
 
 
-__all__ = ["SOURCES", "AdultA9ASource", "ArraysSource", "BreastCancerSource", "PartitionedRows", "data_rng",
-           "split_clients", "tabular_source"]
+__all__ = ["SOURCES", "AdultA9ASource", "AdultNodesSource", "ArraysSource", "BreastCancerNodesSource",
+           "BreastCancerSource", "PartitionedRows", "data_rng", "fixed_size_split", "split_clients", "tabular_source"]
