@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import _Frozen, read_yaml_file, refuse_renamed, tagged_union, validate_mapping
-from fdp_flower.config.sections import LossConfig, OutputConfig
+from fdp_flower.config.sections import FederationConfig, LossConfig, OutputConfig
 
 #: old dotted field -> its new name (the scenario refuses the old one in one line)
 RENAMED = {"model.lam": "model.penalty.lam"}
@@ -158,17 +158,13 @@ class GradientPrivacyConfig(_Frozen):
     delta: float = Field(1.0e-3, gt=0, lt=1, description="total delta (the paper: 1e-3)")
 
 
-class GradientFederationConfig(_Frozen):
-    num_clients: int = Field(10, ge=1, le=10_000, description="M: number of clients (random equal split)")
-
-
 class GradientADMMScenario(_Frozen):
     """A complete DP-(Acc)ADMM run."""
 
     name: str = Field("dp_admm", min_length=1, max_length=200, description="name used for result files")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds the split and the noise")
     data: TabularDataSource = AdultA9AData()
-    federation: GradientFederationConfig = GradientFederationConfig()
+    federation: FederationConfig = FederationConfig()
     model: GeneralizedLassoModel = GeneralizedLassoModel()
     algorithm: GradientAlgorithm = DPADMMConfig()
     privacy: GradientPrivacyConfig = GradientPrivacyConfig()
