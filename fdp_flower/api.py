@@ -514,7 +514,8 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
         outside A x.
     eps, delta : the total budget of the run (Xu et al. 2020, Theorem 1, one calibration for all T rounds);
         eps=None runs plain ADMM / AccADMM.
-    neighbouring : "add_remove" (the paper's sensitivity c/m, default) or "replace_one" (2c/m).
+    neighbouring : "add_remove" (default) or "replace_one": the relation the guarantee is stated for; the mean
+        gradient's sensitivity is 2c/m_i under both (the paper's c/m is not a bound), so the noise is the same.
     n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,
     name : as in :func:`fit` (rounds, rho, eta default to the schema's 200, 0.3, 4.0).
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from fdp_flower.algorithms.gradient_admm.plan import resolve_gamma, scenario_privacy
 from fdp_flower.algorithms.gradient_admm.site import POINT, SitePlan, gradient_release
 from fdp_flower.algorithms.gradient_admm.update import (
     MECHANISM,
@@ -80,8 +81,6 @@ class GradientADMMServer(ServerProtocol):
                  initial_dual: np.ndarray | None = None,
                  evaluator: Callable[[GradientADMMState], dict] | None = None, eval_every: int = 1,
                  on_round: Callable[["GradientADMMServer"], None] | None = None) -> None:
-        from fdp_flower.algorithms.gradient_admm.plan import resolve_gamma
-
         matrix = np.asarray(matrix, dtype=float)
         if matrix.ndim != 2 or matrix.size == 0 or not np.all(np.isfinite(matrix)):
             raise ValueError("matrix must be a finite, non-empty 2-D array (A)")
@@ -191,8 +190,6 @@ def server_for(scenario, problem, *, evaluator=None, eval_every: int = 1, initia
                on_round=None) -> GradientADMMServer:
     """The server of a :class:`~fdp_flower.algorithms.gradient_admm.config.GradientADMMScenario` on ``problem``
     (:func:`fdp_flower.algorithms.gradient_admm.plan.build_problem`: A, lam and the public m_i)."""
-    from fdp_flower.algorithms.gradient_admm.plan import scenario_privacy
-
     alg = scenario.algorithm
     return GradientADMMServer(matrix=problem.matrix, lam=problem.lam, rho=alg.rho, eta=alg.eta, sizes=problem.counts,
                               plan=problem.site_plan(alg.rounds, scenario_privacy(scenario)), gamma=alg.gamma,
