@@ -144,7 +144,7 @@ class GradientADMMServer(ServerProtocol):
             return None  # Theorem 1 covers T releases per client: no round beyond T
         self._round_started = time.perf_counter()
         asked = range(self.num_clients) if clients is None else sorted(int(c) for c in clients)
-        planned = tuple(r for r in (self.planned_release(round_, i) for i in asked) if r is not None)
+        planned = () if self.privacy is None else tuple(self.planned_release(round_, i) for i in asked)
         requests = tuple(SiteRequest(i, round_, {POINT: self.state.x_hat}) for i in asked)
         return RoundPlan(round_, requests, planned)
 

@@ -74,10 +74,19 @@ class SitePlan:
     def calibration(self, round_: int, m) -> tuple[np.ndarray, np.ndarray | None]:
         """(Delta_i, sigma_i) of round ``round_`` for clients of sizes ``m``: Delta_i = 2c/m_i and Theorem 1's
         sigma_i (None when privacy is off); a round outside 1..T is a ``ValueError`` (Theorem 1 calibrates
-        for T releases)."""
+        for T releases).  The same in every round (one calibration for the whole run); a scalar m's is
+        computed once."""
         if not 1 <= round_ <= self.rounds:
             raise ValueError(f"round {round_} outside [1, {self.rounds}]: Theorem 1 was calibrated for "
                              f"{self.rounds} releases")
+        if np.ndim(m) == 0:
+            known = self.__dict__.setdefault("_by_size", {})  # frozen fields; this memo is not one
+            if float(m) not in known:
+                known[float(m)] = self._calibration(float(m))
+            return known[float(m)]
+        return self._calibration(m)
+
+    def _calibration(self, m):
         if self.privacy is None:
             return gradient_sensitivity(self.gradient_bound, m), None
         return self.privacy.calibration(self.gradient_bound, m, self.rounds)
@@ -122,6 +131,8 @@ def answer(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, nois
     each one's noise drawn from ``noise`` after its noise-free term is computed.
     """
     out: list[SiteRelease | Exception] = []
+    checked = data.__dict__.setdefault("_checked", set())  # (client, loss) whose responses passed
+    last: tuple = (None, None)  # (the public value, its checked array): one check for a shared point
     for request in requests:
         client = data.clients[0] if request.client is None and len(data.clients) == 1 else request.client
         try:
@@ -129,11 +140,16 @@ def answer(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, nois
                 raise ValueError(f"this site does not hold client {client}")
             if request.round != requests[0].round:
                 raise ValueError("one answer covers one round")
-            point = check_public(POINT, request.public.get(POINT), (plan.dim,))
+            value = request.public.get(POINT)
+            if value is None or value is not last[0]:
+                last = (value, check_public(POINT, value, (plan.dim,)))
+            point = last[1]
             features, response = data.rows_of(int(client))
             m = len(response)
             sensitivity, sigma = plan.calibration(request.round, m)
-            check_responses(plan.loss, response)
+            if (int(client), plan.loss) not in checked:
+                check_responses(plan.loss, response)
+                checked.add((int(client), plan.loss))
         except ValueError as exc:  # a request this site refuses: nothing is computed or charged
             out.append(exc)
             continue
