@@ -199,9 +199,13 @@ def test_logistic_labels_outside_plus_minus_one_are_refused_on_the_site():
             assert drawn == []  # the noise source (the site's charge) was never called
     ok, drawn = _ask(_site([1.0, -1.0, 1.0]), SitePlan(LOSS, 1.0, 3, 4, None), np.zeros(3))
     assert np.linalg.norm(ok.value) <= 1.0 and ok.event is None and drawn == []
-    # the same real-valued responses are a valid quantile site: labels are checked against the loss asked for
-    out, _ = _ask(_site([1.0, -1.0, 50.0]), SitePlan(QuantileLoss(tau=0.5), 0.5, 3, 4, None), np.zeros(3))
+    # the same real-valued responses are a valid quantile site: labels are checked against the loss asked for,
+    # every time a new loss is asked for on the same site
+    site = _site([1.0, -1.0, 50.0])
+    out, _ = _ask(site, SitePlan(QuantileLoss(tau=0.5), 0.5, 3, 4, None), np.zeros(3))
     assert out.value.shape == (3,)
+    out, drawn = _ask(site, PRIVATE, np.zeros(3))
+    assert isinstance(out, ValueError) and "labels in" in str(out) and drawn == []
 
 
 @pytest.mark.parametrize("point, message", [

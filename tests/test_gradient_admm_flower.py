@@ -184,3 +184,33 @@ def test_federation_runner_logs_gap_and_both_neighbouring_relations():
     assert len(strategy.history) == scenario.algorithm.rounds
     assert all(np.isfinite(row["relative_gap"]) and row["relative_gap"] > -1e-8 for row in strategy.history)
     assert len(strategy.ledger.releases) == scenario.algorithm.rounds * scenario.federation.num_clients
+
+
+def test_the_client_refuses_extreme_points_and_real_valued_labels_with_nothing_released():
+    """Through the real client worker: a point above 1e100 (or non-finite) and a logistic request on a
+    site whose responses are real-valued are refused; the reply carries no release of that client."""
+    from dataclasses import replace
+
+    from fdp_flower.algorithms.gradient_admm.site import POINT
+    from fdp_flower.algorithms.protocol import SiteRequest
+    from fdp_flower.wire import pack_requests, unpack_releases
+
+    scenario = _scenario("dp_admm", True)
+    data = load_scenario_data(scenario)
+    dim = data.features[0].shape[1]
+    crafted = np.zeros(dim)
+    crafted[0] = 1e300
+    for point in (crafted, np.full(dim, np.nan)):
+        msg = Message(content=pack_requests([SiteRequest(c, 1, {POINT: point}) for c in (0, 1)]),
+                      dst_node_id=1, message_type="train")
+        releases, refused = unpack_releases(handle_gradient_admm_train(msg, _NodeContext(1, 2), scenario, data).content,
+                                            1, lambda *a: None)
+        assert releases == [] and [c for c, _, _ in refused] == [0, 1]
+        assert all("x_hat" in reason for _, _, reason in refused)
+    real = replace(data, labels=(data.labels[0] * 2.5,) + data.labels[1:])  # client 0: responses in {-2.5, 2.5}
+    msg = Message(content=pack_requests([SiteRequest(c, 1, {POINT: np.zeros(dim)}) for c in (0, 1)]),
+                  dst_node_id=1, message_type="train")
+    releases, refused = unpack_releases(handle_gradient_admm_train(msg, _NodeContext(1, 2), scenario, real).content,
+                                        1, lambda *a: None)
+    assert [c for c, _ in releases] == [1]  # the other client of the message still releases
+    assert [c for c, _, _ in refused] == [0] and "labels in {-1, +1}" in refused[0][2]
