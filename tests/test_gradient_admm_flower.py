@@ -214,3 +214,27 @@ def test_the_client_refuses_extreme_points_and_real_valued_labels_with_nothing_r
                                         1, lambda *a: None)
     assert [c for c, _ in releases] == [1]  # the other client of the message still releases
     assert [c for c, _, _ in refused] == [0] and "labels in {-1, +1}" in refused[0][2]
+
+
+def test_the_papers_initial_dual_gives_the_same_iterates_on_flower_and_in_process():
+    """Privacy off, ``init_dual: paper``: u_0 = -(A^T)^+ grad f(x_0) / rho from the sites' noise-free terms on
+    every engine (the Flower strategy used to start from u_0 = 0 here)."""
+    from fdp_flower.engines.gradient_admm import run_scenario
+
+    scenario = _scenario("dp_admm", False).model_copy(
+        update={"algorithm": _scenario("dp_admm", False).algorithm.model_copy(update={"init_dual": "paper"})})
+    data = load_scenario_data(scenario)
+    problem = build_problem(scenario, data)
+    engine, _problem, _ref = run_scenario(scenario, with_reference=False, keep_iterates=True)
+    flower_iterates = []
+    strategy = strategy_from_scenario(scenario, problem,
+                                      evaluate_state=lambda s: flower_iterates.append(s.x.copy()) or {})
+    assert np.linalg.norm(strategy.state.u) > 0  # the paper's u_0, not 0
+    grid = LocalGrid(lambda msg, ctx: handle_gradient_admm_train(msg, ctx, scenario, data), nodes=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
+                       num_rounds=scenario.algorithm.rounds)
+    assert len(flower_iterates) == len(engine.iterates) == scenario.algorithm.rounds
+    for a, b in zip(engine.iterates, flower_iterates):
+        np.testing.assert_array_equal(a, b)
