@@ -529,7 +529,8 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
         outside A x.
     eps, delta : the total budget of the run (Xu et al. 2020, Theorem 1, one calibration for all T rounds);
         eps=None runs plain ADMM / AccADMM.
-    neighbouring : "add_remove" (the paper's sensitivity c/m, default) or "replace_one" (2c/m).
+    neighbouring : "add_remove" (default) or "replace_one": the relation the guarantee is stated for; the mean
+        gradient's sensitivity is 2c/m_i under both (the paper's c/m is not a bound), so the noise is the same.
     n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,
     name : as in :func:`fit` (rounds, rho, eta default to the schema's 200, 0.3, 4.0).
 
@@ -555,7 +556,8 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
             "data": {"kind": "arrays", "paths": paths, "digests": digests, "intercept": intercept,
                      "intercept_share": intercept_share},
             "federation": {"num_clients": len(parts)},
-            "model": {"loss": {"kind": loss, "tau": tau}, "lam": lam, "constraint": {"kind": constraint},
+            "model": {"loss": {"kind": loss, "tau": tau}, "penalty": {"kind": "l1", "lam": lam},
+                      "constraint": {"kind": constraint},
                       "clip_c1": clip},
             "algorithm": alg, "privacy": privacy,
             "output": {"dir": str(out) if out is not None else "results"},

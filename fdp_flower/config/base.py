@@ -49,9 +49,31 @@ def _format_error(source: str, exc: ValidationError) -> str:
     tags = union_tags()
     parts = []
     for err in exc.errors():
+        if err["type"] == RENAMED_ERROR:  # names its own fields (:func:`refuse_renamed`)
+            parts.append(err["msg"])
+            continue
         loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p in tags))
         parts.append(f"{loc or '<root>'}: {err['msg']}")
     return f"{source}: " + "; ".join(parts)
+
+
+#: The pydantic error type of a renamed field (:func:`refuse_renamed`).
+RENAMED_ERROR = "renamed"
+
+
+def refuse_renamed(data: Any, renamed: dict[str, str]) -> None:
+    """Refuse a scenario mapping that still uses an old field name: ``renamed`` maps each old dotted
+    field to its new one, and the first old field ``data`` holds raises one error line
+    ``<old>: renamed to <new>`` (for a ``mode="before"`` model validator of a scenario schema)."""
+    from pydantic_core import PydanticCustomError
+
+    for old, new in renamed.items():
+        node = data
+        *sections, name = old.split(".")
+        for key in sections:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and name in node:
+            raise PydanticCustomError(RENAMED_ERROR, "{old}: renamed to {new}", {"old": old, "new": new})
 
 
 def union_tags() -> set[str]:

@@ -3,7 +3,7 @@
 
 The audited party is one client (node) of a scenario.  Its neighbouring datasets D, D' are run
 through the real client code of its family -- :func:`fdp_flower.algorithms.fdp_admm.update.client_primal_step`,
-:func:`fdp_flower.algorithms.gradient_admm.update.client_release`,
+:func:`fdp_flower.algorithms.gradient_admm.site.answer`,
 :func:`fdp_flower.algorithms.p2p.node.node_round`,
 :func:`fdp_flower.functional.federated_fpca.client_summary` -- on the *same* transcript: every step,
 both noise-free releases are computed from the public state of the run so far, one of them is
@@ -327,14 +327,16 @@ class FederatedFPCAProtocol(_Protocol):
 
 
 class GradientADMMProtocol(_Protocol):
-    """DP-ADMM / DP-AccADMM: client ``party``'s noisy mean gradient."""
+    """DP-ADMM / DP-AccADMM: client ``party``'s noisy mean gradient at the point the server names
+    (:mod:`fdp_flower.algorithms.gradient_admm.site`); the public state advances by the protocol's server
+    step (:func:`fdp_flower.algorithms.gradient_admm.protocol.server_round`)."""
 
     mechanism = "gaussian_gradient"
     logistic = False
 
     def __init__(self, scenario, party: int = 0):
+        from fdp_flower.algorithms.gradient_admm.plan import build_problem, resolve_gamma, scenario_privacy
         from fdp_flower.core.losses import LogisticLoss
-        from fdp_flower.engines.gradient_admm import build_problem, noise_plan, resolve_gamma, scenario_privacy
 
         privacy = scenario_privacy(scenario)
         if privacy is None:
@@ -342,8 +344,12 @@ class GradientADMMProtocol(_Protocol):
         self.problem = build_problem(scenario)
         alg = scenario.algorithm
         self.alg, self.c = alg, party
-        self.gamma = resolve_gamma(self.problem, eta=alg.eta, rho=alg.rho, gamma=alg.gamma)
-        self.sens, self.sig = noise_plan(self.problem, alg.rounds, privacy)
+        self.gamma = resolve_gamma(self.problem.matrix, eta=alg.eta, rho=alg.rho, gamma=alg.gamma)
+        self.site_plan = self.problem.site_plan(alg.rounds, privacy)
+        others = [i for i in range(self.problem.num_clients) if i != party]
+        sites = self.problem.site_data()
+        self.others = type(sites)(tuple(others), tuple(sites.features[i] for i in others),
+                                  tuple(sites.responses[i] for i in others))
         self.relation = privacy.neighbouring
         self.delta = privacy.delta
         self.steps = alg.rounds
@@ -368,14 +374,13 @@ class GradientADMMProtocol(_Protocol):
         return GradientADMMState.initial(self.problem.dim, self.problem.matrix.shape[0])
 
     def release(self, public, hidden, data, step):
-        from fdp_flower.algorithms.gradient_admm.update import client_release
+        from fdp_flower.algorithms.gradient_admm.site import data_term
 
-        q = client_release(loss=self.problem.loss, x_hat=public.x_hat, features=data.features,
-                           response=data.response, sigma=None, seed=0, client=self.c, round_=step)
-        return q, None
+        return data_term(self.problem.loss, public.x_hat, data.features, data.response), None
 
     def calibration(self, step):
-        return float(self.sens[self.c]), float(self.sig[self.c])
+        sens, sigma = self.site_plan.calibration(step, self.problem.counts[self.c])
+        return float(sens), float(sigma)
 
     def adversarial_states(self, row):
         from dataclasses import replace
@@ -384,16 +389,19 @@ class GradientADMMProtocol(_Protocol):
         return [replace(start, x_hat=x) for x in self.probe_points(row)]
 
     def advance(self, public, released, hidden, step, rng):
-        from fdp_flower.algorithms.gradient_admm.update import aggregate_gradients, client_release, server_step
+        from fdp_flower.algorithms.gradient_admm.protocol import server_round
+        from fdp_flower.algorithms.gradient_admm.site import POINT, answer
+        from fdp_flower.algorithms.protocol import SiteRequest
 
         p = self.problem
-        grads = np.stack([released if i == self.c else client_release(
-            loss=p.loss, x_hat=public.x_hat, features=p.client_features[i], response=p.client_responses[i],
-            sigma=float(self.sig[i]), seed=0, client=i, round_=step, rng=lambda: rng)
-            for i in range(p.num_clients)])
-        grad = aggregate_gradients(grads, p.counts)
-        return server_step(public, grad, p.matrix, lam=p.lam, rho=self.alg.rho, eta=self.alg.eta, gamma=self.gamma,
-                           accelerated=self.accelerated, restart=getattr(self.alg, "restart", False))
+        requests = [SiteRequest(i, step, {POINT: public.x_hat}) for i in self.others.clients]
+        answers = answer(requests, self.others, self.site_plan, lambda _events: rng)
+        refused = next((r for r in answers if isinstance(r, Exception)), None)
+        if refused is not None:
+            raise refused
+        releases = np.insert(np.stack([r.value for r in answers]), self.c, released, axis=0)
+        return server_round(public, releases, p.counts, p.matrix, lam=p.lam, rho=self.alg.rho, eta=self.alg.eta,
+                            gamma=self.gamma, accelerated=self.accelerated, restart=getattr(self.alg, "restart", False))
 
 
 _DISCARDED = np.random.default_rng(0)  # node_round's noise of the hypothesis that is not released
