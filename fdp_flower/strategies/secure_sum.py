@@ -248,13 +248,15 @@ def secure_integer_sum(grid: Grid, context: Context, *, node_ids: list[int], ser
 
 
 def plain_integer_sum(grid: Grid, *, node_ids: list[int], server_round: int, public_arrays: list[np.ndarray],
-                      message_type: str = "query", timeout: float | None = 300.0) -> tuple[np.ndarray, float]:
+                      message_type: str = "query", timeout: float | None = 300.0, poll: bool = True
+                      ) -> tuple[np.ndarray, float]:
     """The same round without secure aggregation (each node's share in clear, summed by the server),
-    for comparisons of round time: (sum, seconds).  Replies carry the share as array ``share``."""
+    for comparisons of round time: (sum, seconds).  Replies carry the share as array ``share``;
+    ``poll``: the project's short poll (default) or Flower's ``send_and_receive``."""
     msgs = [Message(RecordDict({"public": ArrayRecord([np.asarray(a) for a in public_arrays])}), dst_node_id=int(n),
                     message_type=message_type, group_id=str(server_round)) for n in node_ids]
     start = time.perf_counter()
-    replies = list(polling(grid).send_and_receive(msgs, timeout=timeout))
+    replies = list((polling(grid) if poll else grid).send_and_receive(msgs, timeout=timeout))
     seconds = time.perf_counter() - start
     if len(replies) != len(node_ids) or any(r.has_error() for r in replies):
         raise SecureSumRefused(f"plain round {server_round}: {len(replies)} replies of {len(node_ids)}")

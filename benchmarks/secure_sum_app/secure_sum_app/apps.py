@@ -105,7 +105,20 @@ def main(grid: Grid, context: Context) -> None:
     out: dict = {"nodes": nodes, "plan": {"scale": plan.scale, "share_variance": plan.share_variance,
                                           "variance": plan.variance, "eps": plan.epsilon()},
                  "secure": [], "plain": []}
-    for r in range(1, int(cfg["secure-rounds"]) + 1):
+    secure_rounds, plain_rounds = int(cfg["secure-rounds"]), int(cfg["plain-rounds"])
+    if plain_rounds:  # warm-up (not recorded): every ClientApp process imports and plans once
+        plain_integer_sum(grid, node_ids=nodes, server_round=secure_rounds + plain_rounds + 1,
+                          public_arrays=[np.zeros(1)])
+    # secure rounds 1..S and plain rounds S+1..S+P, interleaved so that both see the same machine load
+    order = [("secure", r) for r in range(1, secure_rounds + 1)]
+    plain = [("plain", secure_rounds + r) for r in range(1, plain_rounds + 1)]
+    order = [x for pair in zip(order, plain) for x in pair] + order[len(plain):] + plain[len(order):]
+    for kind, r in order:
+        if kind == "plain":
+            total, seconds = plain_integer_sum(grid, node_ids=nodes, server_round=r, public_arrays=[np.zeros(1)],
+                                               poll=bool(cfg["short-poll"]))
+            out["plain"].append({"round": r, "total": total.tolist(), "seconds": seconds})
+            continue
         try:
             res = secure_integer_sum(grid, context, node_ids=nodes, server_round=r, min_contributors=sites - tolerated,
                                      reconstruction_threshold=threshold if threshold > 0 else None,
@@ -117,10 +130,6 @@ def main(grid: Grid, context: Context) -> None:
                                   "wire": [w.__dict__ for w in res.wire]})
         except SecureSumRefused as exc:
             out["secure"].append({"round": r, "refused": str(exc)})
-    offset = int(cfg["secure-rounds"])
-    for r in range(offset + 1, offset + int(cfg["plain-rounds"]) + 1):
-        total, seconds = plain_integer_sum(grid, node_ids=nodes, server_round=r, public_arrays=[np.zeros(1)])
-        out["plain"].append({"round": r, "total": total.tolist(), "seconds": seconds})
     log(INFO, "secure-sum spike: %s", json.dumps({k: out[k] for k in ("secure", "plain")}, default=str)[:2000])
     if str(cfg["out"]):
         with open(str(cfg["out"]), "w") as fh:
