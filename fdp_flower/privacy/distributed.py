@@ -451,6 +451,8 @@ def plan_secure_sum(*, eps: float, delta: float, rounds: int, sites: int, tolera
                         ("total_records", total_records)):
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value}")
+    if sites < 2:
+        raise ValueError(f"sites must be >= 2 for a secure sum, got {sites}")
     if int(tolerated) != tolerated or not 0 <= tolerated < sites:
         raise ValueError(f"tolerated must be an integer in [0, sites - 1] = [0, {sites - 1}], got {tolerated}")
     if not (record_bound > 0 and math.isfinite(record_bound)):

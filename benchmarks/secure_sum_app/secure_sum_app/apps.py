@@ -1,6 +1,7 @@
 """ServerApp and ClientApp of the secure-sum spike (see pyproject.toml)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -11,14 +12,14 @@ import numpy as np
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    from flwr.app import ArrayRecord, Context, Message, RecordDict
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
     from flwr.client.mod import secaggplus_mod
     from flwr.clientapp import ClientApp
     from flwr.common.logger import log
     from flwr.serverapp import Grid, ServerApp
 
 from fdp_flower.clients.secure_sum import SiteSecureSumPolicy, secure_sum_guard, share_reply
-from fdp_flower.privacy.distributed import SecureSumPlan, plan_secure_sum, site_share
+from fdp_flower.privacy.distributed import FlowerGrid, SecureSumPlan, plan_secure_sum, site_share
 
 server = ServerApp()
 client = ClientApp()
@@ -32,10 +33,29 @@ def _plan(sites: int, tolerated: int, dim: int, records: int, rounds: int, eps: 
                            record_bound=RECORD_BOUND, max_site_records=records, total_records=sites * records)
 
 
-def plan_of(cfg) -> SecureSumPlan:
-    """The run's public plan, recomputed by every party from the run config."""
-    return _plan(int(cfg["num-nodes"]), int(cfg["tolerated"]), int(cfg["dim"]), int(cfg["records"]),
+def plan_of(cfg, context: Context | None = None) -> SecureSumPlan:
+    """The run's public plan, recomputed by every party from the run config (a node keeps its own
+    computation in its context state: in a deployment every message is a new ClientApp process)."""
+    if context is not None and _PLAN_STATE in context.state.config_records:
+        kept = context.state.config_records[_PLAN_STATE]
+        return dataclasses.replace(_plan_shape(cfg), scale=float(kept["scale"]), variance=float(kept["variance"]))
+    plan = _plan(int(cfg["num-nodes"]), int(cfg["tolerated"]), int(cfg["dim"]), int(cfg["records"]),
                  int(cfg["secure-rounds"]) + int(cfg["plain-rounds"]), float(cfg["eps"]))
+    if context is not None:
+        context.state.config_records[_PLAN_STATE] = ConfigRecord({"scale": plan.scale, "variance": plan.variance})
+    return plan
+
+
+_PLAN_STATE = "secure-sum-plan"
+
+
+def _plan_shape(cfg) -> SecureSumPlan:
+    """The plan's public fields without its computed scale and variance."""
+    sites, records = int(cfg["num-nodes"]), int(cfg["records"])
+    return SecureSumPlan(sites=sites, tolerated=int(cfg["tolerated"]), dim=int(cfg["dim"]),
+                         rounds=int(cfg["secure-rounds"]) + int(cfg["plain-rounds"]), record_bound=RECORD_BOUND,
+                         max_site_records=records, total_records=sites * records, scale=1.0, variance=1.0,
+                         eps=float(cfg["eps"]), delta=1e-5)
 
 
 def site_record_sum(partition: int, cfg) -> np.ndarray:
@@ -47,10 +67,10 @@ def site_record_sum(partition: int, cfg) -> np.ndarray:
     return rows.sum(axis=0)
 
 
-def share_of(partition: int, server_round: int, cfg) -> np.ndarray:
+def share_of(partition: int, server_round: int, cfg, context: Context | None = None) -> np.ndarray:
     """Site ``partition``'s integer share in round ``server_round`` (its noise from its own stream)."""
     rng = np.random.default_rng(np.random.SeedSequence(int(cfg["seed"]), spawn_key=(2, partition, server_round)))
-    return site_share(site_record_sum(partition, cfg), plan_of(cfg), rng, records=int(cfg["records"]))
+    return site_share(site_record_sum(partition, cfg), plan_of(cfg, context), rng, records=int(cfg["records"]))
 
 
 def expected_sum(cfg, server_round: int, partitions) -> list[int]:
@@ -61,7 +81,7 @@ def expected_sum(cfg, server_round: int, partitions) -> list[int]:
 def _policy(context: Context) -> SiteSecureSumPolicy:
     cfg = context.run_config
     sites, tolerated = int(cfg["num-nodes"]), int(cfg["tolerated"])
-    return SiteSecureSumPolicy(sites=sites, min_contributors=sites - tolerated, grid=plan_of(cfg).grid)
+    return SiteSecureSumPolicy(sites=sites, min_contributors=sites - tolerated, grid=FlowerGrid())
 
 
 _GUARD = secure_sum_guard(_policy)
@@ -80,13 +100,13 @@ def train(msg: Message, context: Context) -> Message:
     partition = int(context.node_config["partition-id"])
     if partition < int(cfg["drop"]):
         raise RuntimeError(f"partition {partition}: simulated dropout at the masked-vector stage")
-    return share_reply(msg, share_of(partition, int(msg.metadata.group_id), cfg), plan_of(cfg).grid)
+    return share_reply(msg, share_of(partition, int(msg.metadata.group_id), cfg, context), FlowerGrid())
 
 
 @client.query()
 def plain(msg: Message, context: Context) -> Message:
     partition = int(context.node_config["partition-id"])
-    share = share_of(partition, int(msg.metadata.group_id), context.run_config)
+    share = share_of(partition, int(msg.metadata.group_id), context.run_config, context)
     return Message(RecordDict({"share": ArrayRecord([share])}), reply_to=msg)
 
 
