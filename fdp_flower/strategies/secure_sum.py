@@ -161,9 +161,31 @@ class _GuardedSecAggPlus(SecAggPlusWorkflow):
         super().__init__(*args, **kwargs)
         self.min_contributors = min_contributors
         self.halt_reason = ""
+        self.failures: list[str] = []  # the error replies' reasons, stage by stage
+
+    def _note_failures(self, stage: str, state) -> None:
+        seen = len(self.failures)
+        for exc in state.failures[seen:]:
+            self.failures.append(f"{stage}: {str(exc)[:300]}")
+
+    def setup_stage(self, grid, context, state) -> bool:
+        ok = super().setup_stage(grid, context, state)
+        self._note_failures("setup", state)
+        return ok
+
+    def share_keys_stage(self, grid, context, state) -> bool:
+        ok = super().share_keys_stage(grid, context, state)
+        self._note_failures("share keys", state)
+        return ok
+
+    def unmask_stage(self, grid, context, state) -> bool:
+        ok = super().unmask_stage(grid, context, state)
+        self._note_failures("unmask", state)
+        return ok
 
     def collect_masked_vectors_stage(self, grid, context, state) -> bool:
         ok = super().collect_masked_vectors_stage(grid, context, state)
+        self._note_failures("masked vectors", state)
         if ok and len(state.active_node_ids) < self.min_contributors:
             self.halt_reason = (f"{len(state.active_node_ids)} masked vectors arrived, the round needs "
                                 f"{self.min_contributors}; not unmasking")
@@ -240,7 +262,9 @@ def secure_integer_sum(grid: Grid, context: Context, *, node_ids: list[int], ser
     seconds = time.perf_counter() - start
     if shim.total is None:
         reason = workflow.halt_reason or "the SecAgg+ workflow halted (too few replies or unmasking shares)"
-        raise SecureSumRefused(f"secure sum of round {server_round} refused: {reason}")
+        errors = "; ".join(dict.fromkeys(workflow.failures))
+        raise SecureSumRefused(f"secure sum of round {server_round} refused: {reason}"
+                               + (f" [error replies: {errors}]" if errors else ""))
     dropped = tuple(n for n in node_ids if n not in shim.contributors)
     log(INFO, "secure sum of round %s: %s of %s shares in %.2fs", server_round, len(shim.contributors), sites, seconds)
     return SecureSumResult(total=shim.total, contributors=shim.contributors, dropped=dropped, seconds=seconds,
