@@ -162,11 +162,15 @@ class _GuardedSecAggPlus(SecAggPlusWorkflow):
         self.min_contributors = min_contributors
         self.halt_reason = ""
         self.failures: list[str] = []  # the error replies' reasons, stage by stage
+        self._seen = 0
 
     def _note_failures(self, stage: str, state) -> None:
-        seen = len(self.failures)
-        for exc in state.failures[seen:]:
-            self.failures.append(f"{stage}: {str(exc)[:300]}")
+        for exc in state.failures[self._seen:]:
+            error = exc.args[0] if exc.args else exc
+            reason = " ".join(str(getattr(error, "reason", error)).split())
+            # a runtime wraps the ClientApp's exception (e.g. in Ray's traceback): its message comes last
+            self.failures.append(f"{stage}: ...{reason[-300:]}" if len(reason) > 300 else f"{stage}: {reason}")
+        self._seen = len(state.failures)
 
     def setup_stage(self, grid, context, state) -> bool:
         ok = super().setup_stage(grid, context, state)
