@@ -374,12 +374,16 @@ def test_the_client_app_refuses_a_rolled_back_ledger_in_one_line(tmp_path, monke
     ledger_file.write_text("\n".join(lines(ledger_file)[:2]) + "\n")  # round 2's charge removed
     reply = call_train(monkeypatch, sc, context(path, ledger_dir), train_message(sc, 3))
     assert reply.has_error() and not reply.has_content()
-    assert reply.error.reason.startswith(f"site ledger {ledger_file} has 2 lines but its head {head} records 3")
+    # the reply names the ledger by its node-config key, never by the site's local path
+    assert reply.error.reason.startswith(
+        f"site ledger <ledger-dir>/site-ledger.jsonl has 2 lines but its head <ledger-dir>-head/{head.name} records 3")
+    assert str(tmp_path) not in reply.error.reason
     assert len(lines(ledger_file)) == 2 and json.loads(head.read_text())["count"] == 3
     # and a deleted ledger no longer starts a fresh budget
     ledger_file.unlink()
     reply = call_train(monkeypatch, sc, context(path, ledger_dir), train_message(sc, 1))
-    assert reply.has_error() and f"site ledger {ledger_file} is missing, but its head" in reply.error.reason
+    assert reply.has_error() and "site ledger <ledger-dir>/site-ledger.jsonl is missing, but its head" in reply.error.reason
+    assert str(tmp_path) not in reply.error.reason
     assert not ledger_file.exists()
 
 
