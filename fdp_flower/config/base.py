@@ -68,10 +68,33 @@ def union_tags() -> set[str]:
     return tags
 
 
+def renamed_field(data: Any, renames: dict[str, str]) -> tuple[str, str] | None:
+    """The first ``(old, new)`` of ``renames`` (dotted field of an earlier schema -> its new place) whose old
+    field ``data`` (a scenario mapping) still sets, or None."""
+    for old, new in renames.items():
+        node = data
+        for key in old.split("."):
+            node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
+            if node is _MISSING:
+                break
+        else:
+            return old, new
+    return None
+
+
+_MISSING = object()
+
+
 def validate_mapping(model: type[BaseModel], data: Any, source: str):
-    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields."""
+    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields.
+
+    A field the model lists in its ``RENAMED_FIELDS`` (old dotted name -> new) fails as
+    ``<old>: renamed to <new>``."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a mapping, got {type(data).__name__}")
+    moved = renamed_field(data, getattr(model, "RENAMED_FIELDS", None) or {})
+    if moved is not None:
+        raise ScenarioError(f"{source}: {moved[0]}: renamed to {moved[1]}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
