@@ -65,10 +65,16 @@ class ProtocolStrategy(Strategy):
         node is exactly one client, identified by the partition id of its node config). (default: True)
     broadcast : Broadcast, optional
         Arrays the nodes must hold (default: None).
+    route_by_name : bool
+        Spread the clients round-robin over the nodes and name every client in its request from the first round,
+        whatever the number of nodes (simulated data only: any node can serve any client; a client's request may
+        then depend on state that differs between clients that have not replied yet). (default: False)
     """
 
     def __init__(self, server: ServerProtocol, *, hosts_many_clients: bool = True,
-                 broadcast: Broadcast | None = None) -> None:
+                 broadcast: Broadcast | None = None, route_by_name: bool = False) -> None:
+        if route_by_name and not hosts_many_clients:
+            raise ValueError("route_by_name needs hosts_many_clients (simulated data)")
         self.server = server
         self.num_clients = server.num_clients
         self.hosts_many_clients = hosts_many_clients
@@ -79,8 +85,8 @@ class ProtocolStrategy(Strategy):
         self.round_offset = 0
         #: this round's messages: (message, node, the clients it carries (None: the node's own))
         self._outbox: list[tuple[Message, int, tuple[int | None, ...]]] = []
-        self._one_client_per_node: bool | None = None
-        self._named = False
+        self._one_client_per_node: bool | None = False if route_by_name else None
+        self._named = route_by_name
         self._live_nodes: set[int] = set()
         self._round_started = time.monotonic()
 
