@@ -474,11 +474,9 @@ class P2PProtocol(_Protocol):
         return descent_term(self.plan, request["point"], data.features, data.response), None
 
     def calibration(self, step):
-        sens, sigma = self.plan.calibration(step, self.c, self._m)
         if self.variant == "private_anchor":  # Lemma I in primal units: the descent term's times c_k
-            scale = self.algorithm.primal_scale(step, int(self.degrees[self.c]))
-            return sens * scale, sigma * scale
-        return sens, sigma
+            return self.algorithm.primal_release_parameters(step, self._m, int(self.degrees[self.c]))
+        return self.plan.calibration(step, self.c, self._m)
 
     def adversarial_states(self, row):
         from dataclasses import replace
@@ -509,7 +507,7 @@ class P2PProtocol(_Protocol):
             elif self.variant == "private_anchor":
                 f, y = self.data.of(i)
                 x = self._anchored_primal(node_step, public["hidden"][i], f, y)
-                sigma = self.plan.calibration(step, i, len(y))[1] * a.primal_scale(step, int(self.degrees[i]))
+                sigma = a.primal_release_parameters(step, len(y), int(self.degrees[i]))[1]
                 primals[i], hid[i] = add_gaussian_noise(x, sigma, rng), x
             else:  # the other node's real site function, its noise from this transcript's generator
                 (out,) = answer([SiteRequest(i, step, node_step.request(a))], self.data, self.plan,

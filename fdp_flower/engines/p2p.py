@@ -190,7 +190,7 @@ def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | Non
     f = scenario.faults
     return run_p2p(problem, graph, algorithm, seed=scenario.seed + repetition, metrics_every=metrics_every,
                    progress=progress, accounting_delta=scenario.privacy.delta, failure_rate=f.failure_rate,
-                   failure_seed=f.seed, quorum=f.quorum if f.failure_rate > 0 else None,
+                   failure_seed=f.seed, quorum=f.quorum,
                    max_primal_norm=f.max_primal_norm)
 
 

@@ -94,6 +94,15 @@ class P2PAlgorithm:
         sens = self.sensitivity(m, degree)
         return sens, self.noise.sigma(sens, round_)
 
+    def primal_release_parameters(self, round_: int, m: int, degree: int, curvature=0.0):
+        """(sensitivity, sigma) in the papers' primal units (the noisy primal x_i + N(0, sigma^2 I) of eqs. (3.2),
+        (3.8), (4.3)): the release's times :meth:`primal_scale`; None when not private."""
+        params = self.release_parameters(round_, m, degree)
+        if params is None:
+            return None
+        scale = self.primal_scale(round_, degree, curvature)
+        return params[0] * scale, params[1] * scale
+
     def primal_scale(self, round_: int, degree: int, curvature=0.0):
         """The factor c_k by which the node's primal x_i depends on its descent term (x_i = public part + c_k d_i):
         its noise in primal units is c_k sigma.  zCDP-NFL, DP-NFL, decentralized ADMM 1 / (1/eta_k + 2 rho |N_i|),
