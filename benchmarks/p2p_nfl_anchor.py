@@ -48,8 +48,8 @@ from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     ZcdpGradNflConfig,
     ZcdpNflConfig,
 )
-from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph  # noqa: E402
 from fdp_flower.algorithms.p2p.grad_nfl import metropolis_row  # noqa: E402
+from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph  # noqa: E402
 from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_primal_step  # noqa: E402
 from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
 from fdp_flower.engines.p2p import run_scenario  # noqa: E402

@@ -12,11 +12,11 @@ from fdp_flower.algorithms.p2p.config import (
     load_p2p_scenario,
 )
 from fdp_flower.algorithms.p2p.grad_nfl import metropolis_row
+from fdp_flower.algorithms.p2p.p_admm import p_admm_primal_step, p_admm_sensitivity, regularizer_curvature
 from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph
+from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
 from fdp_flower.algorithms.p2p.protocol import P2PState, node_primal, plan_node
 from fdp_flower.algorithms.p2p.site import descent_term, site_plan
-from fdp_flower.algorithms.p2p.p_admm import p_admm_primal_step, p_admm_sensitivity, regularizer_curvature
-from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
 from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_primal_step, nfl_sensitivity
 from fdp_flower.config.sections import PrivacyConfig
 from fdp_flower.engines.p2p import run_scenario

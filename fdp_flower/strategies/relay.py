@@ -23,6 +23,7 @@ from fdp_flower.strategies.protocol import ProtocolStrategy
 from fdp_flower.wire.flwr import ArrayRecord, Context, log
 from fdp_flower.wire.flwr_server import Grid
 
+
 class P2PRelayStrategy(ProtocolStrategy):
     """Routes each graph node's request to the Flower node that hosts it; keeps every node's public side (in its
     :class:`~fdp_flower.algorithms.p2p.protocol.P2PServer`); never averages.

@@ -25,7 +25,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fdp_flower.config.base import _Frozen, apply_overrides, read_yaml_file, renamed_field, tagged_union, validate_mapping
+from fdp_flower.config.base import (
+    _Frozen,
+    apply_overrides,
+    read_yaml_file,
+    renamed_field,
+    tagged_union,
+    validate_mapping,
+)
 from fdp_flower.config.sections import (
     ConstantStep,
     FaultsConfig,
