@@ -417,11 +417,11 @@ def _check_labels(loss: str, y: np.ndarray) -> None:
 P2P_GRAPHS = ("ring", "complete", "star", "random_regular", "erdos_renyi", "small_world")
 
 
-def _topology(graph, num_nodes: int, degree: int | None) -> dict[str, Any]:
+def _topology(graph, degree: int | None) -> dict[str, Any]:
     if isinstance(graph, str):
         if graph not in P2P_GRAPHS:
             raise InputError(f"graph: choose one of {', '.join(P2P_GRAPHS)} or give an edge list, got {graph!r}")
-        section: dict[str, Any] = {"kind": graph, "num_nodes": num_nodes}
+        section: dict[str, Any] = {"kind": graph}
         if degree is not None:
             key = {"random_regular": "degree", "erdos_renyi": "average_degree", "small_world": "k"}.get(graph)
             if key is None:
@@ -429,14 +429,15 @@ def _topology(graph, num_nodes: int, degree: int | None) -> dict[str, Any]:
             section[key] = degree
         return section
     edges = [tuple(int(v) for v in e) for e in graph]
-    return {"kind": "custom", "num_nodes": num_nodes, "edges": edges}
+    return {"kind": "custom", "edges": edges}
 
 
 def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "zcdp_nfl", loss: str = "quantile",
             tau: float = 0.5, penalty: str = "none", lam: float = 0.0, eps: float | None = 1.0, delta: float = 1e-5,
-            privacy: str = "total", n_nodes: int | None = None, node_ids=None, steps: int | None = None,
+            privacy: str = "total", n_nodes: int | None = None, node_ids=None, rounds: int | None = None,
             clip: float = 1.0, residual_bound: float = 1.0, intercept: bool = True, intercept_share: float = 0.5,
-            seed: int = 0, out=None, data_dir=None, reference: bool = True, name: str = "fit_p2p") -> TabularModel:
+            seed: int = 0, out=None, data_dir=None, reference: bool = True, name: str = "fit_p2p",
+            **renamed) -> TabularModel:
     """Fit a linear model peer to peer (no server): zCDP-NFL, DP-NFL, zCDP-grad-NFL, PR-ADMM or
     decentralized ADMM (Gauthier et al. 2023 and Ding et al. 2019; docs/api.md).
 
@@ -455,10 +456,10 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         "quantile" (default), "absolute", "logistic" or "squared" (residual clipped at residual_bound).
     penalty, lam : str, float
         Penalty and weight (default: none, 0); the intercept is never penalized.
-    eps, delta, privacy : as in :func:`fit` (per_round: each step's zCDP budget is the first step's).
+    eps, delta, privacy : as in :func:`fit` (per_round: each round's zCDP budget is the first round's).
     n_nodes, node_ids : the split of the rows over the graph's nodes (default 10 seeded parts).
-    steps : int or None
-        T (default: the algorithm's).
+    rounds : int or None
+        T (default: the algorithm's; ``steps`` was its earlier name and is refused with a one-line error).
     clip : float
         c1, the row-norm bound of every node's features (default: 1.0).
     intercept, intercept_share, seed, out, data_dir, reference, name : as in :func:`fit`.
@@ -469,9 +470,14 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         ``coefficients`` and ``intercept`` (mean of the nodes' last released estimates), ``node_coefficients``,
         ``predict(X)``, ``privacy``, ``ledger``, ``history``.
     """
-    from fdp_flower.algorithms.p2p.config import build_graph, build_problem, parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.plan import build_problem
     from fdp_flower.engines.p2p import run_scenario
 
+    if "steps" in renamed:
+        raise InputError("steps: renamed to rounds")
+    if renamed:
+        raise TypeError(f"fit_p2p() got an unexpected keyword argument {next(iter(renamed))!r}")
     x, r = tabular_inputs(X, y)
     _check_labels(loss, r)
     parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed)
@@ -480,20 +486,21 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     with _client_directory(data_dir) as directory:
         paths, digests = _write_tabular(directory, x, r, parts)
         alg: dict[str, Any] = {"kind": algorithm}
-        if steps is not None:
-            alg["steps"] = steps
+        if rounds is not None:
+            alg["rounds"] = rounds
         data = {
-            "name": name, "seed": seed, "topology": _topology(graph, len(parts), degree),
-            "data": {"kind": "arrays", "paths": paths, "digests": digests, "loss": loss, "tau": tau,
-                     "residual_bound": residual_bound, "penalty": penalty, "lam": lam, "c1": clip,
-                     "intercept": intercept, "intercept_share": intercept_share},
+            "name": name, "seed": seed, "federation": {"num_clients": len(parts)},
+            "topology": _topology(graph, degree),
+            "data": {"kind": "arrays", "paths": paths, "digests": digests},
+            "model": {"loss": {"kind": loss, "tau": tau, "residual_bound": residual_bound},
+                      "penalty": {"kind": penalty, "lam": lam}, "clip_c1": clip, "intercept": intercept,
+                      "intercept_share": intercept_share},
             "algorithm": alg,
             "privacy": _privacy_section(eps, delta, privacy, "seeded"),
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
-        graph_ = build_graph(scenario.topology, scenario.seed)
-        problem = build_problem(scenario.data, graph_.num_nodes, scenario.seed, with_reference=reference)
+        problem = build_problem(scenario, with_reference=reference)
         result = run_scenario(scenario, problem=problem)
         history = {k: np.asarray(v) for k, v in result.metrics.items()}
         rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]

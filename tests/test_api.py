@@ -127,7 +127,7 @@ def test_load_results_reads_a_fdp_flower_run_directory(tmp_path):
 
 
 @pytest.mark.parametrize("scenario, overrides", [
-    ("p2p_lad_zcdp_nfl.yaml", ["algorithm.steps=3"]),
+    ("p2p_lad_zcdp_nfl.yaml", ["algorithm.rounds=3"]),
     ("dp_admm_breast_cancer.yaml", ["algorithm.rounds=3", "federation.num_clients=2"]),
 ])
 def test_load_results_reads_the_other_families_run_directories(tmp_path, scenario, overrides):
@@ -185,6 +185,7 @@ def test_a_changed_client_file_is_refused(tmp_path, data):
     (lambda d: fdp_flower.fit(pd.DataFrame({"response": d.response, "x": d.response, "t=0": d.response})),
      "column 'x' is neither"),
     (lambda d: fdp_flower.fit_p2p(d.curves, np.sign(d.response), loss="logistic", n_nodes=1), "at least 2 nodes"),
+    (lambda d: fdp_flower.fit_p2p(d.curves, d.response, steps=5), "steps: renamed to rounds"),
     (lambda d: fdp_flower.fit_gradient(d.curves, d.response, loss="logistic"), r"labels in \{-1, \+1\}"),
 ])
 def test_bad_input_fails_in_one_line_naming_the_argument(data, call, message):
@@ -204,7 +205,7 @@ def _regression(n=900, k=3, seed=0):
 def test_fit_p2p_reaches_the_exact_solution_with_an_intercept_and_reads_back(tmp_path):
     x, y, truth = _regression()
     model = fdp_flower.fit_p2p(x, y, loss="absolute", algorithm="decentralized_admm", eps=None, n_nodes=5,
-                               graph="complete", steps=400, clip=1.5, out=tmp_path / "p2p")
+                               graph="complete", rounds=400, clip=1.5, out=tmp_path / "p2p")
     assert model.history["released_normalized_error"].iloc[-1] < 0.02  # against the exact LP with free intercept
     assert model.intercept == pytest.approx(2.0, abs=0.05)
     np.testing.assert_allclose(model.coefficients, truth, atol=0.1)
@@ -213,7 +214,7 @@ def test_fit_p2p_reaches_the_exact_solution_with_an_intercept_and_reads_back(tmp
     back = fdp_flower.load_results(tmp_path / "p2p")
     np.testing.assert_allclose(back.w, model.w, rtol=0, atol=0)
     assert back.intercept == model.intercept and not back.privacy.private
-    private = fdp_flower.fit_p2p(x, y, loss="absolute", eps=5.0, n_nodes=5, graph="ring", steps=50, clip=1.5)
+    private = fdp_flower.fit_p2p(x, y, loss="absolute", eps=5.0, n_nodes=5, graph="ring", rounds=50, clip=1.5)
     assert private.privacy.mode == "total" and private.privacy.eps == pytest.approx(5.0, rel=1e-3)
     assert private.privacy.releases == 50
 

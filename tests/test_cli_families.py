@@ -11,7 +11,7 @@ from fdp_flower.config.base import ScenarioError
 
 
 @pytest.mark.parametrize("scenario,override", [
-    ("scenarios/p2p_lad_zcdp_nfl.yaml", "algorithm.steps=5"),
+    ("scenarios/p2p_lad_zcdp_nfl.yaml", "algorithm.rounds=5"),
     ("scenarios/dp_admm_breast_cancer.yaml", "algorithm.rounds=5"),
 ])
 def test_run_other_families(tmp_path, capsys, scenario, override):

@@ -305,34 +305,44 @@ def test_runner_stops_cleanly_below_quorum_and_marks_the_dead_node(tmp_path):
 # ------------------------------------------------------------------ peer-to-peer
 def test_p2p_failed_node_is_held_and_neighbours_use_its_last_release(monkeypatch):
     import fdp_flower.engines.p2p as engine
-    from fdp_flower.algorithms.p2p.config import ZcdpNflConfig, build_algorithm
+    from fdp_flower.algorithms.p2p import protocol
+    from fdp_flower.algorithms.p2p.config import ZcdpNflConfig
+    from fdp_flower.algorithms.p2p.plan import build_algorithm
     from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
     from fdp_flower.algorithms.p2p.topology import erdos_renyi, graph_rng
     from fdp_flower.config.sections import PrivacyConfig
 
     g = erdos_renyi(8, 0.4, graph_rng(1))
     problem = synthetic_problem("lad", num_nodes=8, samples_per_node=20, dim=3, rng=data_rng(1))
-    alg = build_algorithm(ZcdpNflConfig(steps=6), PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4), problem)
-    seen = []
-    real = engine.node_round
+    alg = build_algorithm(ZcdpNflConfig(rounds=6), PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4), problem)
+    asked, steps = [], []
+    real_answer, real_primal = engine.answer, protocol.node_primal
 
-    def spy(**kw):
-        seen.append((kw["node"], kw["state"].round + 1, np.array(kw["neighbour_released"])))
-        return real(**kw)
+    def spy_answer(requests, *args, **kwargs):
+        asked.extend((r.client, r.round) for r in requests)
+        return real_answer(requests, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "node_round", spy)
+    def spy_primal(algorithm, objective, step, term):
+        steps.append(step)
+        return real_primal(algorithm, objective, step, term)
+
+    monkeypatch.setattr(engine, "answer", spy_answer)
+    monkeypatch.setattr(protocol, "node_primal", spy_primal)
     res = engine.run_p2p(problem, g, alg, seed=3, failure_rate=0.3, failure_seed=11)
     failed = res.failed
     assert failed[1:].any() and not failed[0].any()
     np.testing.assert_array_equal(failed[1:], np.array([draw_failures(11, r, 8, 0.3) for r in range(1, 7)]))
-    assert len(seen) == int((~failed[1:]).sum())  # failed nodes computed nothing
+    assert sorted(asked) == sorted((i, r) for r in range(1, 7) for i in range(8) if not failed[r, i])  # failed: nothing
     released = {(r.round, r.client) for r in res.ledger.releases}
     assert released == {(r, i) for r in range(1, 7) for i in range(8) if not failed[r, i]}
+    assert [(f.round, f.client, f.charged) for f in res.failures] == [
+        (r, i, False) for r in range(1, 7) for i in range(8) if failed[r, i]]
     for r, i in zip(*np.nonzero(failed)):  # held vectors
         for arr in (res.released, res.duals, res.primal):
             np.testing.assert_array_equal(arr[r, i], arr[r - 1, i])
-    for node, r, received in seen:  # neighbours see the held (last released) vector
-        np.testing.assert_array_equal(received, res.released[r - 1][list(g.neighbours[node])])
+    assert len(steps) == int((~failed[1:]).sum())
+    for step in steps:  # a node's step uses the held (last released) vectors of its failed neighbours
+        np.testing.assert_array_equal(step.neighbours, res.released[step.round - 1][list(g.neighbours[step.node])])
     base = engine.run_p2p(problem, g, alg, seed=3)
     assert not base.failed.any() and not np.allclose(base.released[-1], res.released[-1])
 

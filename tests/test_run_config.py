@@ -58,7 +58,7 @@ def test_typed_keys_reach_the_fdp_admm_scenario():
 def test_typed_keys_reach_peer_to_peer_and_gradient_scenarios():
     p2p = any_scenario_from_run_config(_config("scenarios/p2p_lad_zcdp_nfl.yaml", num_server_rounds=7,
                                                eps=2.5, num_clients=12, seed=4))
-    assert (p2p.algorithm.steps, p2p.privacy.eps, p2p.topology.num_nodes, p2p.seed) == (7, 2.5, 12, 4)
+    assert (p2p.algorithm.rounds, p2p.privacy.eps, p2p.federation.num_clients, p2p.seed) == (7, 2.5, 12, 4)
     grad = any_scenario_from_run_config(_config("scenarios/dp_admm_breast_cancer.yaml", num_server_rounds=3,
                                                 lam=0.01, num_clients=2, delta=1e-4))
     assert (grad.algorithm.rounds, grad.model.penalty.lam, grad.federation.num_clients, grad.privacy.delta) == \
@@ -81,6 +81,25 @@ def test_every_typed_key_works_on_every_shipped_gradient_scenario(path):
         any_scenario_from_run_config(_config(path, tau=0.3))
     with pytest.raises(ScenarioError, match=r"^[^\n]*model\.lam: renamed to model\.penalty\.lam$"):
         any_scenario_from_run_config({**_config(path), "overrides": "model.lam=0.1"})
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPO)) for p in (REPO / "scenarios").glob("p2p_*.yaml")))
+def test_every_typed_key_works_on_every_shipped_peer_to_peer_scenario(path):
+    """num-server-rounds, eps, delta, lam, seed and num-clients reach algorithm.rounds, privacy.eps / delta,
+    model.penalty.lam, seed and federation.num_clients of every p2p scenario, and only those fields change."""
+    base = load_any_scenario(REPO / path)
+    fixed = base.topology.kind == "paper004_five"  # a 5-node graph: num-clients can only say 5
+    n = 5 if fixed else 12
+    scenario = any_scenario_from_run_config(_config(path, num_server_rounds=7, eps=2.5, delta=1e-6, lam=0.25,
+                                                    seed=4, num_clients=n))
+    assert (scenario.algorithm.rounds, scenario.privacy.eps, scenario.privacy.delta, scenario.model.penalty.lam,
+            scenario.seed, scenario.federation.num_clients) == (7, 2.5, 1e-6, 0.25, 4, n)
+    assert scenario.model.penalty.kind == base.model.penalty.kind and scenario.model.loss == base.model.loss
+    assert scenario.topology == base.topology and scenario.data == base.data
+    if fixed:
+        with pytest.raises(ScenarioError, match="paper004_five graph has 5 nodes") as err:
+            any_scenario_from_run_config(_config(path, num_clients=6))
+        assert "\n" not in str(err.value)
 
 
 def test_an_integer_is_accepted_for_a_float_key_and_typed_keys_combine_with_overrides():

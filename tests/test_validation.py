@@ -7,7 +7,8 @@ import pytest
 
 from fdp_flower import cli
 from fdp_flower.algorithms.fdp_admm.config import load_scenario, parse_scenario
-from fdp_flower.algorithms.p2p.config import build_graph, parse_p2p_scenario
+from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+from fdp_flower.algorithms.p2p.plan import scenario_graph
 from fdp_flower.algorithms.p2p.topology import DisconnectedGraphError
 from fdp_flower.algorithms.fdp_admm.plan import site_plan
 from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
@@ -117,9 +118,9 @@ def test_more_clients_than_samples_and_disconnected_topology():
     with pytest.raises(ValueError) as e:
         design.partition_bounds(3, 5)
     one_line(e, "cannot split 3 samples over 5 clients")
-    sc = parse_p2p_scenario({"topology": {"kind": "custom", "num_nodes": 4, "edges": [[0, 1], [2, 3]]}})
+    sc = parse_p2p_scenario({"federation": {"num_clients": 4}, "topology": {"kind": "custom", "edges": [[0, 1], [2, 3]]}})
     with pytest.raises(DisconnectedGraphError) as e:
-        build_graph(sc.topology, sc.seed)
+        scenario_graph(sc)
     one_line(e, "disconnected (2 components)")
 
 

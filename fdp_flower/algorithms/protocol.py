@@ -325,7 +325,10 @@ def run_in_process(server: ServerProtocol, site: Callable[[Sequence[SiteRequest]
             if isinstance(answer, Exception):
                 server.fail(int(request.client), " ".join(str(answer).split()), NOT_RELEASED)
             else:
-                server.accept(answer)
+                try:
+                    server.accept(answer)
+                except ReleaseRejected as exc:  # the server's checks (e.g. faults.max_primal_norm): a failure
+                    server.fail(int(request.client), str(exc), exc.kind)
         try:
             row = server.end_round()
         except RunStopped:

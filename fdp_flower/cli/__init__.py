@@ -6,7 +6,6 @@ import logging
 import sys
 
 
-
 def _cmd_run(args: argparse.Namespace) -> int:
     """`fdp-flower run` in process: the scenario's family runs it (the registry's ``run_inprocess``)."""
     from fdp_flower.algorithms.registry import family, resolve

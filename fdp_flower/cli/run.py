@@ -74,12 +74,12 @@ def run_p2p_inprocess(args: argparse.Namespace) -> int:
     from fdp_flower.outputs.results import write_csv
 
     scenario, out = _scenario_and_out(args)
-    steps = scenario.algorithm.steps
+    rounds = scenario.algorithm.rounds
 
-    def progress(step: int, row: dict) -> None:
+    def progress(round_: int, row: dict) -> None:
         shown = ", ".join(f"{k}={row[k]:.4g}" for k in ("released_normalized_error", "released_average_loss",
                                                          "released_test_accuracy", "eps_pld") if k in row)
-        print(f"[{step:>{len(str(steps))}}/{steps}] {shown}", flush=True)
+        print(f"[{round_:>{len(str(rounds))}}/{rounds}] {shown}", flush=True)
 
     result = run_scenario(scenario, progress=progress)
     rounds = len(next(iter(result.metrics.values())))

@@ -70,7 +70,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from fdp_flower.outputs.report import report
-
     from fdp_flower.outputs.results import OutputError
 
     out = Path(args.out) if args.out else Path(args.results) / "report.md"

@@ -63,17 +63,14 @@ RENAMED_ERROR = "renamed"
 
 def refuse_renamed(data: Any, renamed: dict[str, str]) -> None:
     """Refuse a scenario mapping that still uses an old field name: ``renamed`` maps each old dotted
-    field to its new one, and the first old field ``data`` holds raises one error line
-    ``<old>: renamed to <new>`` (for a ``mode="before"`` model validator of a scenario schema)."""
+    field to its new one, and the first old field ``data`` holds (:func:`renamed_field`) raises one error
+    line ``<old>: renamed to <new>`` (for a ``mode="before"`` model validator of a scenario schema, so a
+    run-config override or a nested validation is refused the same way as the file)."""
     from pydantic_core import PydanticCustomError
 
-    for old, new in renamed.items():
-        node = data
-        *sections, name = old.split(".")
-        for key in sections:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and name in node:
-            raise PydanticCustomError(RENAMED_ERROR, "{old}: renamed to {new}", {"old": old, "new": new})
+    moved = renamed_field(data, renamed)
+    if moved is not None:
+        raise PydanticCustomError(RENAMED_ERROR, "{old}: renamed to {new}", {"old": moved[0], "new": moved[1]})
 
 
 def union_tags() -> set[str]:
@@ -90,8 +87,26 @@ def union_tags() -> set[str]:
     return tags
 
 
+def renamed_field(data: Any, renames: dict[str, str]) -> tuple[str, str] | None:
+    """The first ``(old, new)`` of ``renames`` (dotted field of an earlier schema -> its new place) whose old
+    field ``data`` (a scenario mapping) still sets, or None."""
+    for old, new in renames.items():
+        node = data
+        for key in old.split("."):
+            node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
+            if node is _MISSING:
+                break
+        else:
+            return old, new
+    return None
+
+
+_MISSING = object()
+
+
 def validate_mapping(model: type[BaseModel], data: Any, source: str):
-    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields."""
+    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields
+    (a renamed field, refused by the schema's :func:`refuse_renamed`, as ``<old>: renamed to <new>``)."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a mapping, got {type(data).__name__}")
     try:

@@ -431,8 +431,8 @@ def read_fdp_admm_results(out: Path, scenario, summary: dict, privacy: PrivacyRe
 
 def p2p_intercept_scale(scenario) -> float:
     """c0 of a peer-to-peer scenario's intercept column (0 without one)."""
-    d = scenario.data
-    return float(d.intercept_share * d.c1) if getattr(d, "intercept", False) else 0.0
+    m = scenario.model
+    return float(m.intercept_share * m.clip_c1) if m.intercept else 0.0
 
 
 def gradient_intercept_scale(scenario) -> float:

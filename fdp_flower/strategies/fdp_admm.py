@@ -17,7 +17,6 @@ from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Callable
 
-
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.convergence import CONVERGED
 from fdp_flower.algorithms.fdp_admm.plan import data_source, noise_scales

@@ -22,10 +22,10 @@ import numpy as np
 
 from fdp_flower.algorithms.faults import MAY_HAVE_RELEASED, NOT_RELEASED
 from fdp_flower.algorithms.protocol import ReleaseRejected, RunStopped, ServerProtocol, SiteRequest
-from fdp_flower.wire.flwr import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, log
-from fdp_flower.wire.flwr_server import Grid, Strategy
 from fdp_flower.strategies.common import SITE_RECORD, FederationError, polling, round_metrics
 from fdp_flower.wire import pack_requests, unpack_releases
+from fdp_flower.wire.flwr import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, log
+from fdp_flower.wire.flwr_server import Grid, Strategy
 
 
 def error_reply_kind(code: int) -> str:
@@ -65,10 +65,16 @@ class ProtocolStrategy(Strategy):
         node is exactly one client, identified by the partition id of its node config). (default: True)
     broadcast : Broadcast, optional
         Arrays the nodes must hold (default: None).
+    route_by_name : bool
+        Spread the clients round-robin over the nodes and name every client in its request from the first round,
+        whatever the number of nodes (simulated data only: any node can serve any client; a client's request may
+        then depend on state that differs between clients that have not replied yet). (default: False)
     """
 
     def __init__(self, server: ServerProtocol, *, hosts_many_clients: bool = True,
-                 broadcast: Broadcast | None = None) -> None:
+                 broadcast: Broadcast | None = None, route_by_name: bool = False) -> None:
+        if route_by_name and not hosts_many_clients:
+            raise ValueError("route_by_name needs hosts_many_clients (simulated data)")
         self.server = server
         self.num_clients = server.num_clients
         self.hosts_many_clients = hosts_many_clients
@@ -79,8 +85,8 @@ class ProtocolStrategy(Strategy):
         self.round_offset = 0
         #: this round's messages: (message, node, the clients it carries (None: the node's own))
         self._outbox: list[tuple[Message, int, tuple[int | None, ...]]] = []
-        self._one_client_per_node: bool | None = None
-        self._named = False
+        self._one_client_per_node: bool | None = False if route_by_name else None
+        self._named = route_by_name
         self._live_nodes: set[int] = set()
         self._round_started = time.monotonic()
 

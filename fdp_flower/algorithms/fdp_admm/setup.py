@@ -15,8 +15,8 @@ from fdp_flower.algorithms.fdp_admm.plan import (
     partition_sizes,
     split_coefficients,
 )
-from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution, pooled_objective, solve_reference
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective
 from fdp_flower.functional import bases, design
 from fdp_flower.functional.fpca import FunctionalBasis
