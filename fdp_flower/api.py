@@ -505,7 +505,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         history = {k: np.asarray(v) for k, v in result.metrics.items()}
         rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
         if out is not None:
-            _write_tabular_results(out, scenario, rows, result.ledger, iterates={
+            _write_tabular_results(out, scenario, rows, result.ledger, stop_reason=result.stop_reason, iterates={
                 "released": result.released, "duals": result.duals})
     report = PrivacyReport.from_ledger(result.ledger, delta=scenario.privacy.delta,
                                        mode=scenario.privacy.mode if eps is not None else None, eps_budget=eps)
@@ -580,27 +580,10 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
 
 
 def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterates: dict | None = None,
-                           final: dict | None = None) -> Path:
-    """The results directory of a peer-to-peer or gradient fit, in the layout of ``fdp-flower run``."""
-    import json
+                           final: dict | None = None, stop_reason: str | None = None) -> Path:
+    """The results directory of a peer-to-peer or gradient fit, in the layout of ``fdp-flower run``
+    (:func:`fdp_flower.outputs.results.write_run`)."""
+    from fdp_flower.outputs.results import tabular_summary, write_run
 
-    from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import LEDGER_COLUMNS, privacy_section, write_csv
-
-    path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "scenario.yaml").write_text(scenario_to_yaml(scenario))
-    write_csv(path / "history.csv", history)
-    write_csv(path / "ledger.csv", ledger.to_rows(), LEDGER_COLUMNS)
-    if iterates is not None:
-        np.savez(path / "iterates.npz", **iterates)
-    if final is not None:
-        np.savez(path / "final.npz", **final)
-    p = scenario.privacy
-    enabled = bool(p.enabled and ledger.releases)
-    summary = {"name": scenario.name, "engine": "inprocess", "stop_reason": "completed",
-               "final": history[-1] if history else {},
-               "privacy": privacy_section(ledger, p.delta, mode=getattr(p, "mode", "total") if enabled else None,
-                                          eps_budget=p.eps if enabled else None)}
-    (path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    return path
+    summary = tabular_summary(scenario, history, ledger, engine="inprocess", stop_reason=stop_reason)
+    return write_run(out, scenario, history=history, ledger=ledger, summary=summary, final=final, iterates=iterates)

@@ -125,3 +125,23 @@ def test_importing_the_package_loads_nothing_until_the_api_is_used():
             "assert callable(fdp_flower.fit) and 'fdp_flower.api' in sys.modules\n"
             "assert 'flwr' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
+
+
+#: a results directory's file names, spelled only by :mod:`fdp_flower.outputs.layout` (its one layout)
+RESULTS_FILE_NAMES = ("scenario.yaml", "summary.json", "history.csv", "ledger.csv", "failures.csv", "final.npz",
+                      "iterates.npz", "checkpoint.npz", "releases-requested.jsonl", "convergence.png")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "fdp_flower.outputs.layout"))
+def test_results_file_names_come_from_the_one_layout(module):
+    """Writers and readers name a results directory's files through ``ResultsDir``: a file name spelled as
+    a string literal anywhere else (docstrings and messages aside) is a second layout."""
+    tree = ast.parse(MODULES[module].read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    in_messages = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    spelled = sorted({node.value for node in ast.walk(tree)
+                      if isinstance(node, ast.Constant) and node.value in RESULTS_FILE_NAMES
+                      and id(node) not in docstrings and id(node) not in in_messages})
+    assert not spelled, f"{module} spells {spelled}: name them through fdp_flower.outputs.layout.ResultsDir"

@@ -6,6 +6,7 @@ import json
 import sys
 
 from fdp_flower.config.base import ScenarioError
+from fdp_flower.outputs.layout import ResultsDir
 
 
 def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
@@ -50,7 +51,7 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
     except OSError as exc:  # a full disk or a directory removed during the run: keep what was released
         print(f"error: {rescue_run(result, out_dir, exc)}", file=sys.stderr)
         return 1
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads(ResultsDir.at(out).summary.read_text())
     if result.stop_reason != "completed":
         print(f"run {result.stop_reason}")
     if result.failures:
@@ -68,10 +69,8 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
 
 def run_p2p_inprocess(args: argparse.Namespace) -> int:
     """`fdp-flower run` of a peer-to-peer scenario in process: the results directory."""
-    import numpy as np
-
     from fdp_flower.engines.p2p import run_scenario, summarize
-    from fdp_flower.outputs.results import write_csv
+    from fdp_flower.outputs.results import write_run
 
     scenario, out = _scenario_and_out(args)
     rounds = scenario.algorithm.rounds
@@ -83,28 +82,26 @@ def run_p2p_inprocess(args: argparse.Namespace) -> int:
 
     result = run_scenario(scenario, progress=progress)
     rounds = len(next(iter(result.metrics.values())))
-    write_csv(out / "history.csv", [{k: float(v[r]) for k, v in result.metrics.items()} for r in range(rounds)])
-    np.savez(out / "iterates.npz", released=result.released, duals=result.duals)
-    summary = summarize(result, scenario.privacy.delta, privacy=scenario.privacy)
-    return _finish(out, result.ledger, summary, "node")
+    history = [{k: float(v[r]) for k, v in result.metrics.items()} for r in range(rounds)]
+    summary = {"name": scenario.name, "engine": "inprocess",
+               **summarize(result, scenario.privacy.delta, privacy=scenario.privacy)}
+    write_run(out, scenario, history=history, ledger=result.ledger, summary=summary,
+              iterates={"released": result.released, "duals": result.duals})
+    return _finish(out, summary, "node")
 
 
 def run_gradient_admm_inprocess(args: argparse.Namespace) -> int:
     """`fdp-flower run` of a DP-ADMM / DP-AccADMM scenario in process: the results directory."""
-    import numpy as np
-
     from fdp_flower.engines.gradient_admm import run_scenario
-    from fdp_flower.outputs.results import privacy_section, write_csv
+    from fdp_flower.outputs.results import tabular_summary, write_run
 
     scenario, out = _scenario_and_out(args)
     result, _problem, reference = run_scenario(scenario)
-    write_csv(out / "history.csv", result.history)
-    np.savez(out / "final.npz", x=result.state.x)
-    p = scenario.privacy
-    summary = {"final": result.history[-1] if result.history else {}, "reference_objective": reference,
-               "privacy": privacy_section(result.ledger, p.delta, mode="total" if p.enabled else None,
-                                          eps_budget=p.eps if p.enabled else None)}
-    return _finish(out, result.ledger, summary, "client")
+    summary = tabular_summary(scenario, result.history, result.ledger, engine="inprocess", stop_reason=None,
+                              reference_objective=reference)
+    write_run(out, scenario, history=result.history, ledger=result.ledger, summary=summary,
+              final={"x": result.state.x})
+    return _finish(out, summary, "client")
 
 
 def _scenario_and_out(args: argparse.Namespace):
@@ -117,16 +114,14 @@ def _scenario_and_out(args: argparse.Namespace):
         raise ScenarioError("--resume continues FDP-ADMM runs only (other families write no checkpoints)")
     scenario = load_any_scenario(args.scenario, args.set)
     out = check_output_dir(args.out or f"{scenario.output.dir}/{scenario.name}")
-    (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
+    ResultsDir.at(out).scenario.write_text(scenario_to_yaml(scenario))
     return scenario, out
 
 
-def _finish(out, ledger, summary: dict, who: str) -> int:
-    """Write the ledger and summary of a tabular family's run and print its last lines."""
-    from fdp_flower.outputs.results import LEDGER_COLUMNS, privacy_headline, write_csv
+def _finish(out, summary: dict, who: str) -> int:
+    """The last lines of a tabular family's run (its results directory is written)."""
+    from fdp_flower.outputs.results import privacy_headline
 
-    write_csv(out / "ledger.csv", ledger.to_rows(), LEDGER_COLUMNS)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in summary["final"].items()
                                 if isinstance(v, (int, float)) and k != "round"))
     print(privacy_headline(summary["privacy"], who))
@@ -139,7 +134,7 @@ def run_protocol_inprocess(args: argparse.Namespace) -> int:
     record (the generic driver :func:`fdp_flower.algorithms.protocol.run_in_process`)."""
     from fdp_flower.algorithms.protocol import run_in_process
     from fdp_flower.algorithms.registry import family, resolve
-    from fdp_flower.outputs.results import write_protocol_results
+    from fdp_flower.outputs.results import privacy_headline, write_protocol_results
     from fdp_flower.privacy.mechanisms import run_noise
 
     scenario, out = _scenario_and_out(args)
@@ -155,8 +150,6 @@ def run_protocol_inprocess(args: argparse.Namespace) -> int:
 
     run_in_process(server, lambda requests: site(requests, scenario, noise), progress=progress)
     summary = write_protocol_results(server, scenario, out)
-    from fdp_flower.outputs.results import privacy_headline
-
     print(f"run {summary['stop_reason']}")
     print(privacy_headline(summary["privacy"], record.party))
     print(f"results: {out}")

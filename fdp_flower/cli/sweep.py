@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fdp_flower.config.base import ScenarioError
+from fdp_flower.outputs.layout import ResultsDir
 
 
 def flower_command(scenario_path: str, overrides: list[str], resume: str | None = None,
@@ -180,7 +181,7 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
     if status != "finished:completed" or out is None:
         print(f"error: the Flower run did not complete ({status})", file=sys.stderr)
         return 1
-    summary = out / "summary.json"
+    summary = ResultsDir.at(out).summary
     if summary.is_file():
         final = json.loads(summary.read_text()).get("final") or {}
         shown = {k: v for k, v in final.items() if isinstance(v, (int, float)) and k != "round"}

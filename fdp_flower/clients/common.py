@@ -1,11 +1,7 @@
 """Client-side helpers shared by the client workers: the run's scenario, which partition this node is."""
 from __future__ import annotations
 
-import warnings
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Context
+from fdp_flower.wire.flwr import Context
 
 #: (run id, run config) -> parsed scenario: one parse per run and process (a ClientApp process
 #: serves many messages in simulation; the run config of a run never changes)

@@ -20,7 +20,6 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -44,10 +43,7 @@ from fdp_flower.wire import (
     unpack_arrays,
     unpack_requests,
 )
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import ConfigRecord, Context, Message, RecordDict
+from fdp_flower.wire.flwr import ConfigRecord, Context, Message, RecordDict
 
 log = logging.getLogger(__name__)
 
@@ -285,8 +281,7 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
     try:
         basis = node_basis(context, others, digest)
     except BasisMissing as exc:
-        from flwr.app import Error
-        from flwr.common.constant import ErrorCode
+        from fdp_flower.wire.flwr import Error, ErrorCode
 
         return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=str(exc)), reply_to=msg)
     if digest is None:

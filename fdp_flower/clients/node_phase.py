@@ -10,8 +10,6 @@ it asks for anything; a site whose policy refuses the run (e.g. privacy off) ref
 """
 from __future__ import annotations
 
-import warnings
-
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import data_source, grid_of, load_partition
 from fdp_flower.clients.common import node_partition, partition_data_error
@@ -20,10 +18,8 @@ from fdp_flower.functional import federated_fpca
 from fdp_flower.functional.bases import basis_kind
 from fdp_flower.functional.node_files import grid_digest
 from fdp_flower.wire import pack_arrays
+from fdp_flower.wire.flwr import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 def node_data_path(context: Context) -> str | None:
     """The node's own data file from its node config (``data-path``), if any."""

@@ -52,11 +52,7 @@ from fdp_flower.privacy.site_fab import (
     read_allow_list,
 )
 from fdp_flower.privacy.site_policy import flower_home
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Error, Message
-    from flwr.common.constant import ErrorCode, SubStatus
+from fdp_flower.wire.flwr import Error, ErrorCode, Message, SubStatus
 
 LOG = logging.getLogger("fdp_flower.site_launcher")
 #: Where approved bundles are installed when no ``--apps-dir`` is given: under FLWR_HOME.

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario, parse_scenario
 from fdp_flower.config.base import ScenarioError, _format_error, apply_overrides
+from fdp_flower.outputs.layout import ResultsDir
 
 __all__ = [
     "SweepConfig",
@@ -406,14 +407,14 @@ def write_sweep_results(result: SweepResult, out_dir: str | Path, *, plots: bool
             row.update({k: float(np.nanmean(v[:, l])) for k, v in cols.items()})
             hist_rows.append(row)
     if hist_rows:
-        write_csv(out / "history.csv", hist_rows)
+        write_csv(ResultsDir.at(out).history, hist_rows)
     summary = summarize_sweep(result)
-    (out / "summary.json").write_text(json.dumps(_clean(summary), indent=2))
+    ResultsDir.at(out).summary.write_text(json.dumps(_clean(summary), indent=2))
     if plots:
         from fdp_flower.outputs import plots as plotting
 
         plotting.plot_privacy_utility(summary, out / "privacy_utility.png")
         if hist_rows:
-            plotting.plot_sweep_convergence(summary, hist_rows, out / "convergence.png")
+            plotting.plot_sweep_convergence(summary, hist_rows, ResultsDir.at(out).convergence_plot)
     return out
 

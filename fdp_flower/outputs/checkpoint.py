@@ -25,10 +25,11 @@ import numpy as np
 from fdp_flower.algorithms.faults import FailureRecord
 from fdp_flower.algorithms.fdp_admm.config import Scenario, parse_scenario
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
+from fdp_flower.outputs.layout import CHECKPOINT_FILE
 from fdp_flower.privacy import PrivacyLedger
 
 FORMAT = "fdp-flower-checkpoint/1"
-CHECKPOINT_NAME = "checkpoint.npz"
+CHECKPOINT_NAME = CHECKPOINT_FILE
 
 
 class CheckpointError(ValueError):

@@ -27,6 +27,7 @@ import numpy as np
 
 from fdp_flower.functional import design
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.outputs.layout import ResultsDir
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 
 NEIGHBOURING_TEXT = {"replace_one": "replace-one", "add_remove": "add/remove-one"}
@@ -334,20 +335,15 @@ def read_ledger_csv(path: str | Path) -> PrivacyLedger:
 def _history(out: Path):
     import pandas as pd
 
-    if (out / "history.csv").is_file():
-        if (out / "history.csv").stat().st_size == 0:
-            return pd.DataFrame()
-        return pd.read_csv(out / "history.csv")
-    if (out / "history.json").is_file():
-        return pd.DataFrame(json.loads((out / "history.json").read_text()))
-    return pd.DataFrame()
+    path = ResultsDir.at(out).history_to_read()
+    if path is None or path.stat().st_size == 0:
+        return pd.DataFrame()
+    return pd.DataFrame(json.loads(path.read_text())) if path.suffix == ".json" else pd.read_csv(path)
 
 
 def _ledger(out: Path) -> PrivacyLedger:
-    for name in ("ledger.csv", "ledger.json"):
-        if (out / name).is_file():
-            return read_ledger_csv(out / name)
-    return PrivacyLedger()
+    path = ResultsDir.at(out).ledger_to_read()
+    return PrivacyLedger() if path is None else read_ledger_csv(path)
 
 
 def load_results(directory: str | Path):
@@ -363,12 +359,13 @@ def load_results(directory: str | Path):
     from fdp_flower.config.base import read_yaml_file
 
     out = Path(directory)
+    files = ResultsDir.at(out)
     if not out.is_dir():
         raise ValueError(f"{out}: results directory not found")
-    if not (out / "scenario.yaml").is_file():
-        raise ValueError(f"{out}: no scenario.yaml (not a results directory of fdp-flower)")
-    scenario = parse_any_scenario(read_yaml_file(out / "scenario.yaml"), str(out / "scenario.yaml"))
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    if not files.scenario.is_file():
+        raise ValueError(f"{out}: no {files.scenario.name} (not a results directory of fdp-flower)")
+    scenario = parse_any_scenario(read_yaml_file(files.scenario), str(files.scenario))
+    summary = json.loads(files.summary.read_text()) if files.summary.is_file() else {}
     ledger = _ledger(out)
     delta, mode, eps = _scenario_privacy(scenario)
     privacy = PrivacyReport.from_ledger(ledger, delta=delta, mode=mode, eps_budget=eps)
@@ -378,7 +375,7 @@ def load_results(directory: str | Path):
 def read_p2p_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):
     """The :class:`TabularModel` of a peer-to-peer results directory (the mean of the released node
     estimates of the last round, ``iterates.npz``)."""
-    path = out / "iterates.npz"
+    path = ResultsDir.at(out).iterates
     if not path.is_file():
         raise ValueError(f"{out}: no iterates.npz (the released node estimates of a peer-to-peer run)")
     with np.load(path) as npz:
@@ -389,7 +386,7 @@ def read_p2p_results(out: Path, scenario, summary: dict, privacy: PrivacyReport,
 
 def read_protocol_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):
     """The :class:`TabularModel` of a results directory of the generic drivers (``final.npz``: estimate)."""
-    path = out / "final.npz"
+    path = ResultsDir.at(out).final
     if not path.is_file():
         raise ValueError(f"{out}: no final.npz (the released estimate of the run)")
     with np.load(path) as npz:
@@ -400,7 +397,7 @@ def read_protocol_results(out: Path, scenario, summary: dict, privacy: PrivacyRe
 
 def read_gradient_admm_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):
     """The :class:`TabularModel` of a DP-ADMM / DP-AccADMM results directory (``final.npz``: x)."""
-    with np.load(out / "final.npz") as npz:
+    with np.load(ResultsDir.at(out).final) as npz:
         x = np.asarray(npz["x"], dtype=float)
     return TabularModel(x, gradient_intercept_scale(scenario), scenario, privacy, ledger, _history(out),
                         stop_reason=str(summary.get("stop_reason", "completed")))
@@ -411,7 +408,7 @@ def read_fdp_admm_results(out: Path, scenario, summary: dict, privacy: PrivacyRe
     """The :class:`FunctionalModel` of an FDP-ADMM results directory (``final.npz``: state and basis)."""
     from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 
-    path = out / "final.npz"
+    path = ResultsDir.at(out).final
     if not path.is_file():
         raise ValueError(f"{out}: no final.npz (state and basis of the run)")
     with np.load(path, allow_pickle=False) as npz:

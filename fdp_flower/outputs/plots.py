@@ -13,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from fdp_flower.outputs.layout import ResultsDir
+
 
 def _column(rows: list[dict], key: str) -> list[float]:
     return [float(r.get(key, math.nan)) if r.get(key) is not None else math.nan for r in rows]
@@ -228,7 +230,8 @@ def _coefficient_of_results(out: Path, scenario) -> CoefficientFunction | None:
         model = load_results(out)
     except ValueError:
         return None
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    files = ResultsDir.at(out)
+    summary = json.loads(files.summary.read_text()) if files.summary.is_file() else {}
     reference = None
     if (summary.get("reference") or {}).get("w") is not None:
         _, coef = split_coefficients(scenario, np.asarray(summary["reference"]["w"], dtype=float))
@@ -250,13 +253,14 @@ def results_figure(out: str | Path, title: str | None = None):
     from fdp_flower.outputs.models import read_ledger_csv
     from fdp_flower.outputs.results import read_csv
 
-    out = Path(out)
-    if not (out / "history.csv").is_file() or not (out / "scenario.yaml").is_file():
+    files = ResultsDir.at(out)
+    out = files.root
+    if not files.history.is_file() or not files.scenario.is_file():
         return None
-    history = read_csv(out / "history.csv")
+    history = read_csv(files.history)
     if not history:
         return None
-    scenario = parse_any_scenario(read_yaml_file(out / "scenario.yaml"), str(out / "scenario.yaml"))
+    scenario = parse_any_scenario(read_yaml_file(files.scenario), str(files.scenario))
     record = family(scenario.algorithm.kind)
     if record.plots is None:
         return None
@@ -264,7 +268,7 @@ def results_figure(out: str | Path, title: str | None = None):
     # a total budget: privacy.mode total, or DP-(Acc)ADMM, whose (eps, delta) is always the whole run's
     total = getattr(p, "mode", "total") == "total" and getattr(p, "enabled", True)
     budget = float(p.eps) if total and getattr(p, "eps", None) is not None else None
-    ledger = read_ledger_csv(out / "ledger.csv") if (out / "ledger.csv").is_file() else None
+    ledger = read_ledger_csv(files.ledger) if files.ledger.is_file() else None
     curve = privacy_curve(ledger, float(p.delta), budget=budget) if ledger is not None else None
     return resolve(record.plots)(out, scenario, history, curve, scenario.name if title is None else title)
 
@@ -287,7 +291,7 @@ def gradient_admm_results_figure(out: Path, scenario, history: list[dict], curve
 def plot_results_dir(out: str | Path, title: str | None = None) -> Path | None:
     """Save :func:`results_figure` as ``convergence.png`` in ``out``; None when there is no history."""
     fig = results_figure(out, title)
-    return None if fig is None else _save(fig, Path(out) / "convergence.png")
+    return None if fig is None else _save(fig, ResultsDir.at(out).convergence_plot)
 
 
 def _mode(config: dict) -> str:

@@ -16,9 +16,10 @@ import json
 import os
 from pathlib import Path
 
+from fdp_flower.outputs.layout import JOURNAL_FILE
 from fdp_flower.privacy import GaussianRelease
 
-JOURNAL_NAME = "releases-requested.jsonl"
+JOURNAL_NAME = JOURNAL_FILE
 
 
 def journal_path(checkpoint_path: str | Path) -> Path:

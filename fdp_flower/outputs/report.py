@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from fdp_flower.outputs import paper_tables
+from fdp_flower.outputs.layout import ResultsDir
 
 _ESTIMATORS = {"final": "final iterate w^L", "average": "running average wbar^L",
                "scenario": "estimator of each configuration's algorithm.estimator"}
@@ -88,7 +89,7 @@ def generic_markdown(summary: dict) -> str:
 def report(results_dir: str | Path) -> tuple[str, dict | None]:
     """Markdown for a sweep results directory (summary.json); counts when it is a paper table."""
     results_dir = Path(results_dir)
-    summary_path = results_dir / "summary.json"
+    summary_path = ResultsDir.at(results_dir).summary
     if not summary_path.is_file():
         raise ValueError(f"{results_dir}: no summary.json (not a results directory of fdp-flower sweep)")
     summary = json.loads(summary_path.read_text())

@@ -19,6 +19,7 @@ from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.config.base import scenario_to_yaml
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.outputs.layout import ResultsDir
 from fdp_flower.privacy import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,8 @@ def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
     rescue = Path(tempfile.mkdtemp(prefix="fdp-flower-rescue-"))
     kept = []
     try:
-        write_csv(rescue / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
-        kept.append("ledger.csv")
+        write_csv(ResultsDir.at(rescue).ledger, result.ledger.to_rows(), LEDGER_COLUMNS)
+        kept.append(ResultsDir.at(rescue).ledger.name)
         write_checkpoint(rescue / CHECKPOINT_NAME, Checkpoint(result.scenario, result.state, result.ledger,
                                                              result.history, result.failures, engine=result.engine))
         kept.append(CHECKPOINT_NAME)
@@ -244,15 +245,45 @@ def summarize(result, privacy: dict | None = None) -> dict:
     return _clean(summary)
 
 
+def write_run(out_dir: str | Path, scenario, *, history: list[dict], ledger: PrivacyLedger, summary: dict,
+              final: dict | None = None, iterates: dict | None = None, failures: list | None = None,
+              graph: dict | None = None) -> Path:
+    """The one writer of a results directory (:mod:`fdp_flower.outputs.layout`), for every family and engine:
+    ``scenario.yaml``, ``history.csv``, ``ledger.csv``, ``failures.csv`` (when ``failures`` is given),
+    ``final.npz`` / ``iterates.npz`` (the arrays given), ``graph.json`` and, last, ``summary.json`` (so a
+    directory with a summary is complete).  Text files are replaced atomically; returns the directory."""
+    files = ResultsDir.at(out_dir)
+    files.root.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(files.scenario, scenario_to_yaml(scenario))
+    write_csv(files.history, history)
+    write_csv(files.ledger, ledger.to_rows(), LEDGER_COLUMNS)
+    if failures is not None:
+        write_csv(files.failures, [f.to_row() for f in failures], FailureRecord.COLUMNS)
+    if final is not None:
+        np.savez(files.final, **final)
+    if iterates is not None:
+        np.savez_compressed(files.iterates, **iterates)
+    if graph is not None:
+        _atomic_write_text(files.graph, json.dumps(graph))
+    _atomic_write_text(files.summary, json.dumps(_clean(summary), indent=2, default=float))
+    return files.root
+
+
+def tabular_summary(scenario, history: list[dict], ledger: PrivacyLedger, *, engine: str, stop_reason: str | None,
+                    **extra) -> dict:
+    """``summary.json`` of a peer-to-peer or gradient run: name, engine, algorithm, stop reason, rounds, the last
+    history row and the privacy section (the scenario's delta, mode and budget when it released noise)."""
+    p = scenario.privacy
+    enabled = bool(getattr(p, "enabled", False) and ledger.releases)
+    return {"name": scenario.name, "engine": engine, "algorithm": scenario.algorithm.kind,
+            "stop_reason": stop_reason or "completed", "rounds_completed": len(history),
+            "final": history[-1] if history else {}, **extra,
+            "privacy": privacy_section(ledger, p.delta, mode=getattr(p, "mode", "total") if enabled else None,
+                                       eps_budget=getattr(p, "eps", None) if enabled else None)}
+
+
 def write_results(result, out_dir: str | Path) -> Path:
-    """Write every file of a run into ``out_dir`` (created); returns the directory."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / "scenario.yaml", scenario_to_yaml(result.scenario))
-    write_csv(out / "history.csv", result.history)
-    write_csv(out / "ledger.csv", result.ledger.to_rows(), LEDGER_COLUMNS)
-    write_csv(out / "failures.csv", [f.to_row() for f in getattr(result, "failures", None) or []],
-              FailureRecord.COLUMNS)
+    """Write every file of an FDP-ADMM run into ``out_dir`` (created, :func:`write_run`); returns the directory."""
     arrays = {f"state_{k}": v for k, v in result.state.to_arrays().items()}
     if result.basis is not None:
         arrays.update({f"basis_{k}": v for k, v in result.basis.to_arrays().items()})
@@ -262,36 +293,24 @@ def write_results(result, out_dir: str | Path) -> Path:
                                              result.state.estimate(result.scenario.algorithm.estimator.kind))
         arrays["beta_hat"] = result.basis.function(coef)
         arrays["intercept"] = np.asarray(intercept)
-    np.savez(out / "final.npz", **arrays)
     try:
         summary = summarize(result)
-    except (ArithmeticError, MemoryError, ValueError) as exc:  # the files above are written whatever happens here
+    except (ArithmeticError, MemoryError, ValueError) as exc:  # the other files are written whatever happens here
         log.warning("privacy summary failed (%s); ledger.csv holds every release", exc)
         summary = summarize(result, privacy={"private": bool(result.ledger.releases),
                                              "error": f"accountant failed: {type(exc).__name__}: {exc}"})
-    _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    out = write_run(out_dir, result.scenario, history=result.history, ledger=result.ledger, summary=summary,
+                    final=arrays, failures=getattr(result, "failures", None) or [])
     log.info("results written to %s", out.resolve())
     return out
 
 
 def write_protocol_results(server, scenario, out_dir: str | Path, *, engine: str = "inprocess") -> dict:
-    """Write the results directory of a run of a family's server protocol (the generic drivers):
-    ``scenario.yaml``, ``history.csv``, ``ledger.csv``, ``failures.csv``, ``final.npz`` (the protocol's
-    :meth:`~fdp_flower.algorithms.protocol.ServerProtocol.final_arrays`) and ``summary.json``; returns the summary."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / "scenario.yaml", scenario_to_yaml(scenario))
-    write_csv(out / "history.csv", server.history)
-    write_csv(out / "ledger.csv", server.ledger.to_rows(), LEDGER_COLUMNS)
-    write_csv(out / "failures.csv", [f.to_row() for f in server.failures], FailureRecord.COLUMNS)
-    np.savez(out / "final.npz", **server.final_arrays())
-    p = scenario.privacy
-    private = bool(getattr(p, "enabled", False))
-    summary = _clean({"name": scenario.name, "engine": engine, "algorithm": scenario.algorithm.kind,
-                      "stop_reason": server.stop_reason or "completed", "rounds_completed": len(server.history),
-                      "rounds_planned": server.rounds_planned,
-                      "final": server.history[-1] if server.history else {},
-                      "privacy": privacy_section(server.ledger, p.delta, mode=getattr(p, "mode", None) if private
-                                                 else None, eps_budget=getattr(p, "eps", None) if private else None)})
-    _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
-    return summary
+    """Write the results directory of a run of a family's server protocol (the generic drivers, :func:`write_run`):
+    ``final.npz`` holds the protocol's :meth:`~fdp_flower.algorithms.protocol.ServerProtocol.final_arrays`;
+    returns the summary."""
+    summary = tabular_summary(scenario, server.history, server.ledger, engine=engine, stop_reason=server.stop_reason,
+                              rounds_planned=server.rounds_planned)
+    write_run(out_dir, scenario, history=server.history, ledger=server.ledger, summary=summary,
+              final=server.final_arrays(), failures=server.failures)
+    return _clean(summary)

@@ -5,15 +5,11 @@ import math
 import sys
 import threading
 import time
-import warnings
 from logging import WARNING
 from pathlib import Path
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Message, MetricRecord
-    from flwr.common.logger import log
-    from flwr.serverapp import Grid
+from fdp_flower.wire.flwr import Message, MetricRecord, log
+from fdp_flower.wire.flwr_server import Grid
 
 
 class FederationError(RuntimeError):

@@ -24,6 +24,7 @@ from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.outputs.layout import ResultsDir
 from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, releases_after
 from fdp_flower.outputs.results import RunResult, check_output_dir, privacy_headline, rescue_run, write_results
 from fdp_flower.strategies.common import FederationError, polling, run_results_dir, wait_for_nodes
@@ -227,7 +228,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     except OSError as exc:  # a full disk or a removed directory: keep the ledger and a checkpoint
         log(ERROR, "fdp-flower: %s", rescue_run(result, out_dir, exc))
         raise
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads(ResultsDir.at(out).summary.read_text())
     final = summary["final"] or {}
     log(INFO, "fdp-flower: %s after %d rounds; final MISE (%s) = %s", stop_reason, len(strategy.history),
         scenario.algorithm.estimator.kind,

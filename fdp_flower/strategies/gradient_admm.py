@@ -10,7 +10,6 @@ pooled public rows of the simulation.
 """
 from __future__ import annotations
 
-import json
 from typing import Callable
 
 import numpy as np
@@ -89,8 +88,7 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
 def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     """ServerApp runner (dispatch hook for dp_admm / dp_acc_admm): run, then write the results.  A run that
     stops early (a client's reply missing, refused or rejected) still writes what it has, then fails."""
-    from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import LEDGER_COLUMNS, check_output_dir, privacy_section, write_csv
+    from fdp_flower.outputs.results import check_output_dir, tabular_summary, write_run
 
     out = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name))  # before releasing
     problem, evaluator = simulation_setup(scenario)
@@ -101,18 +99,10 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
                        num_rounds=scenario.algorithm.rounds, evaluate_fn=strategy.evaluate_fn)
     except FederationError as exc:
         error = exc
-    (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))
-    write_csv(out / "history.csv", strategy.history)
-    write_csv(out / "ledger.csv", strategy.ledger.to_rows(), LEDGER_COLUMNS)
-    np.savez(out / "final.npz", x=strategy.state.x)
-    p = strategy.privacy
-    summary = {"name": scenario.name, "engine": "flower", "rounds_completed": len(strategy.history),
-               "stop_reason": "completed" if error is None else str(error),
-               "final": strategy.history[-1] if strategy.history else {},
-               "privacy": privacy_section(strategy.ledger, scenario.privacy.delta,
-                                          mode="total" if p is not None else None,
-                                          eps_budget=None if p is None else p.eps)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    summary = tabular_summary(scenario, strategy.history, strategy.ledger, engine="flower",
+                              stop_reason=None if error is None else str(error))
+    write_run(out, scenario, history=strategy.history, ledger=strategy.ledger, summary=summary,
+              final={"x": strategy.state.x})
     log(INFO, "fdp-flower: results in %s", out.resolve())
     if error is not None:
         raise error

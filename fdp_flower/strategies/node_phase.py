@@ -10,7 +10,6 @@ math lives in :mod:`fdp_flower.functional.federated_fpca`.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from logging import ERROR, INFO
 
@@ -26,12 +25,8 @@ from fdp_flower.functional.node_files import grid_digest
 from fdp_flower.privacy import GaussianRelease
 from fdp_flower.strategies.common import site_report
 from fdp_flower.wire import SETUP_PHASE, unpack_arrays
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import ConfigRecord, Message, MessageType, RecordDict
-    from flwr.common.logger import log
-    from flwr.serverapp import Grid
+from fdp_flower.wire.flwr import ConfigRecord, Message, MessageType, RecordDict, log
+from fdp_flower.wire.flwr_server import Grid
 
 
 class SetupError(RuntimeError):

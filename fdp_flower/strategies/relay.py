@@ -12,7 +12,6 @@ over the graph, so with the same seed it reproduces the in-process engine's iter
 """
 from __future__ import annotations
 
-import json
 from logging import ERROR, INFO
 
 import numpy as np
@@ -84,8 +83,7 @@ def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrateg
 
 def run_p2p_federation(grid: Grid, context: Context, scenario) -> None:
     """ServerApp runner (dispatch hook for the peer-to-peer algorithm kinds): run and write results."""
-    from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import check_output_dir, privacy_headline, privacy_section
+    from fdp_flower.outputs.results import check_output_dir, privacy_headline, tabular_summary, write_run
 
     out = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name, tag="relay"))
     try:
@@ -93,22 +91,12 @@ def run_p2p_federation(grid: Grid, context: Context, scenario) -> None:
     except FederationError as exc:
         log(ERROR, "relay stopped: %s", exc)
         raise
-    (out / "scenario.yaml").write_text(scenario_to_yaml(scenario))  # what fdp_flower.load_results reads first
-    np.savez_compressed(out / "iterates.npz", released=np.stack(strategy.released_history),
-                        duals=np.stack(strategy.dual_history))
-    (out / "history.json").write_text(json.dumps(strategy.history, indent=1))
-    (out / "ledger.json").write_text(json.dumps(strategy.ledger.to_rows()))
-    (out / "graph.json").write_text(json.dumps(strategy.graph.to_dict()))
-    (out / "failures.json").write_text(json.dumps([f.to_row() for f in strategy.failures]))
-    p = scenario.privacy
-    enabled = bool(p.enabled and strategy.ledger.releases)
-    privacy = privacy_section(strategy.ledger, p.delta, mode=getattr(p, "mode", None) if enabled else None,
-                              eps_budget=p.eps if enabled else None)
-    (out / "summary.json").write_text(json.dumps({"name": scenario.name, "engine": "flower",
-                                                  "algorithm": scenario.algorithm.kind,
-                                                  "final": strategy.history[-1] if strategy.history else {},
-                                                  "stop_reason": strategy.stop_reason or "completed",
-                                                  "privacy": privacy}, indent=2, default=float))
+    summary = tabular_summary(scenario, strategy.history, strategy.ledger, engine="flower",
+                              stop_reason=strategy.stop_reason)
+    write_run(out, scenario, history=strategy.history, ledger=strategy.ledger, summary=summary,
+              iterates={"released": np.stack(strategy.released_history), "duals": np.stack(strategy.dual_history)},
+              failures=strategy.failures, graph=strategy.graph.to_dict())
+    privacy = summary["privacy"]
     log(INFO, "p2p relay: %s", privacy_headline(privacy, "node"))
     log(INFO, "p2p relay: results in %s", out.resolve())
 

@@ -24,8 +24,8 @@ with warnings.catch_warnings():
         RecordDict,
     )
     from flwr.clientapp import ClientApp
-    from flwr.common.constant import ErrorCode
+    from flwr.common.constant import ErrorCode, SubStatus
     from flwr.common.logger import log
 
 __all__ = ["ERROR", "INFO", "WARNING", "Array", "ArrayRecord", "ClientApp", "ConfigRecord", "Context", "Error", "ErrorCode", "Message", "MessageType",
-           "MetricRecord", "RecordDict", "log"]
+           "MetricRecord", "RecordDict", "SubStatus", "log"]

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import hashlib
-import warnings
 
 import numpy as np
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Array, ArrayRecord
+from fdp_flower.wire.flwr import Array, ArrayRecord
 
 
 def pack_arrays(**arrays: np.ndarray) -> ArrayRecord:
@@ -61,7 +58,7 @@ def pack_requests(requests, extra_config: dict | None = None, broadcast: dict[st
     """The content of a train message asking one node for ``requests`` (all of one round): config
     ``round`` and :data:`CLIENTS_KEY`, the public arrays stacked under :data:`REQUEST_PREFIX`, and
     ``broadcast`` arrays (e.g. the run's basis, sent until the node holds it)."""
-    from flwr.app import ConfigRecord, RecordDict
+    from fdp_flower.wire.flwr import ConfigRecord, RecordDict
 
     requests = list(requests)
     names = sorted(requests[0].public) if requests else []
@@ -96,7 +93,7 @@ def pack_releases(releases, refused: list[tuple[int, int, str]]) -> dict:
     """The records of a reply: the released values stacked (:data:`RELEASE_KEY`), one list per metric
     (:data:`RELEASE_METRICS` first, then the site's own), and the refused clients as
     (client, error code, reason) in :data:`ERRORS_RECORD`."""
-    from flwr.app import ConfigRecord, MetricRecord
+    from fdp_flower.wire.flwr import ConfigRecord, MetricRecord
 
     releases = list(releases)
     dim = len(releases[0].value) if releases else 0
