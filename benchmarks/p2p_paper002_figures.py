@@ -109,7 +109,8 @@ def config(arm, params):
 def scenario(problem, alg, eps):
     return P2PScenario(name="paper002", seed=0, topology={"kind": "erdos_renyi", "num_nodes": N, "average_degree": 4.0},
                        data=SyntheticRegressionData(problem=problem), algorithm=alg,
-                       privacy=PrivacyConfig(mode="total", eps=eps, delta=DELTA))
+                       privacy=PrivacyConfig(mode="total", eps=eps, delta=DELTA,
+                                             paper_constants=alg.kind == "dp_nfl"))  # DP-NFL: the paper's baseline
 
 
 def private_anchor_curve(problem, net, params, eps, seed):

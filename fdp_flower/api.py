@@ -512,8 +512,8 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
     loss, tau : "logistic" (default), "quantile" or "absolute"; the quantile level.
     lam, constraint : weight of ||A x||_1 and the kind of A (defaults: 1e-3, "lasso"); the intercept is
         outside A x.
-    eps, delta : the total budget of the run (Xu et al. 2020, Theorem 1, one calibration for all T rounds);
-        eps=None runs plain ADMM / AccADMM.
+    eps, delta : the total budget of the run, one calibration for all T rounds by the PLD accountant
+        (docs/algorithms.md, eq. (5.10)); eps=None runs plain ADMM / AccADMM.
     neighbouring : "add_remove" (the paper's sensitivity c/m, default) or "replace_one" (2c/m).
     n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,
     name : as in :func:`fit` (rounds, rho, eta default to the schema's 200, 0.3, 4.0).

@@ -20,7 +20,6 @@ from fdp_flower.algorithms.gradient_admm.update import (
     MECHANISM,
     client_release,
     gradient_sensitivity,
-    theorem1_sigma,
 )
 from fdp_flower.clients.site import SiteSession
 from fdp_flower.core.clipping import clip_rows
@@ -66,7 +65,7 @@ def gradient_admm_client_update(*, loss, features: np.ndarray, labels: np.ndarra
         sens, sigma = 0.0, None
     else:
         sens = float(gradient_sensitivity(loss.gradient_bound(c1), m, privacy.neighbouring))
-        sigma = float(theorem1_sigma(sens, rounds=rounds, eps=privacy.eps, delta=privacy.delta, mu=privacy.mu))
+        sigma = float(privacy.sigma(sens, rounds))
     rng = None
     if noise is not None and sigma is not None:
         event = GaussianRelease(partition, round_, sens, sigma, neighbouring=privacy.neighbouring, mechanism=MECHANISM)

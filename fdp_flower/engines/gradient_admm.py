@@ -29,10 +29,10 @@ from fdp_flower.algorithms.gradient_admm.update import (
     make_releases,
     min_gamma,
     paper_initial_dual,
+    release_sigma,
     server_step,
     spectral_norm_gram,
     theorem1_alpha,
-    theorem1_sigma,
 )
 from fdp_flower.core.clipping import clip_rows
 from fdp_flower.privacy import PrivacyLedger
@@ -97,16 +97,23 @@ class GradientADMMProblem:
 
 @dataclass(frozen=True)
 class GradientPrivacy:
-    """Theorem 1 of Xu et al. (2020): a total (eps, delta) over ``rounds`` releases per client."""
+    """A total (eps, delta) over ``rounds`` releases per client, calibrated by the PLD accountant, or by
+    Theorem 1 of Xu et al. (2020) with ``paper_constants`` (:func:`release_sigma`)."""
 
     eps: float
     delta: float
     mu: float = 0.5
     neighbouring: Neighbouring = "add_remove"
+    paper_constants: bool = False
 
     @property
     def alpha(self) -> float:
         return theorem1_alpha(self.eps, self.delta, self.mu)
+
+    def sigma(self, sensitivity, rounds: int):
+        """The noise sd of a release with ``sensitivity`` in a run of ``rounds`` releases."""
+        return release_sigma(sensitivity, rounds=rounds, eps=self.eps, delta=self.delta, mu=self.mu,
+                             paper_constants=self.paper_constants)
 
 
 def noise_plan(problem: GradientADMMProblem, rounds: int, privacy: GradientPrivacy | None):
@@ -114,8 +121,7 @@ def noise_plan(problem: GradientADMMProblem, rounds: int, privacy: GradientPriva
     if privacy is None:
         return None, None
     sens = gradient_sensitivity(problem.gradient_bound, problem.counts, privacy.neighbouring)
-    sig = theorem1_sigma(sens, rounds=rounds, eps=privacy.eps, delta=privacy.delta, mu=privacy.mu)
-    return sens, sig
+    return sens, privacy.sigma(sens, rounds)
 
 
 @dataclass
@@ -347,7 +353,8 @@ def scenario_privacy(scenario) -> GradientPrivacy | None:
     p, alg = scenario.privacy, scenario.algorithm
     if not p.enabled:
         return None
-    return GradientPrivacy(eps=p.eps, delta=p.delta, mu=alg.mu, neighbouring=alg.neighbouring)
+    return GradientPrivacy(eps=p.eps, delta=p.delta, mu=alg.mu, neighbouring=alg.neighbouring,
+                           paper_constants=p.paper_constants)
 
 
 def run_scenario(scenario, *, with_reference: bool = True, eval_every: int = 1,

@@ -30,7 +30,6 @@ from fdp_flower.algorithms.gradient_admm.update import (
     min_gamma,
     server_step,
     spectral_norm_gram,
-    theorem1_sigma,
 )
 from fdp_flower.privacy import PrivacyLedger
 from fdp_flower.strategies.common import polling, reply_sender, round_metrics, run_results_dir
@@ -139,8 +138,7 @@ class GradientADMMStrategy(Strategy):
         if self.privacy is None:
             return 0.0, None
         sens = float(gradient_sensitivity(self.gradient_bound, m, self.privacy.neighbouring))
-        sig = float(theorem1_sigma(sens, rounds=self.rounds, eps=self.privacy.eps, delta=self.privacy.delta,
-                                   mu=self.privacy.mu))
+        sig = float(self.privacy.sigma(sens, self.rounds))
         return sens, sig
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
@@ -159,7 +157,7 @@ class GradientADMMStrategy(Strategy):
             if sig is not None and not (np.isclose(float(metrics["sigma"]), sig, rtol=1e-12, atol=0)
                                         and np.isclose(float(metrics["sensitivity"]), sens, rtol=1e-12, atol=0)):
                 raise GradientFederationError(f"round {server_round}: client {client} noise does not match "
-                                              f"Theorem 1 (sigma {metrics['sigma']} != {sig})")
+                                              f"the run's calibration (sigma {metrics['sigma']} != {sig})")
             self.sample_sizes[client] = m
             self.clipped_rows[client] = int(metrics.get("clipped-rows", -1))
             grads[client] = grad

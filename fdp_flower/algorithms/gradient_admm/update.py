@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -169,6 +170,39 @@ def theorem1_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: fl
         raise ValueError(f"rounds T must be >= 1, got {rounds}")
     alpha = theorem1_alpha(eps, delta, mu)
     return np.asarray(sensitivity, dtype=float) * math.sqrt(alpha * rounds / (2.0 * eps * mu))
+
+
+@lru_cache(maxsize=256)
+def pld_noise_multiplier(*, rounds: int, eps: float, delta: float) -> float:
+    """z = sigma / Delta of T equal Gaussian releases that compose to (eps, delta) under the PLD
+    accountant (dp-accounting), the ledger's headline (docs/algorithms.md, eq. (5.10)).
+
+    T releases of multiplier z compose to one Gaussian of multiplier z / sqrt(T), so
+    :func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier` finds z in closed form and
+    refines it just below the target.  Memoized: a pure function of (T, eps, delta) that every client
+    and the server evaluate each round.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds T must be >= 1, got {rounds}")
+    _check_budget(eps, delta, 0.5)
+    from fdp_flower.privacy.calibration import calibrate_noise_multiplier
+
+    return float(calibrate_noise_multiplier(float(eps), float(delta), (1.0,) * int(rounds)))
+
+
+def release_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: float = 0.5,
+                  paper_constants: bool = False):
+    """sigma of every gradient release of a run of T rounds at a total (eps, delta) per client.
+
+    Default: ``Delta * z`` with z from :func:`pld_noise_multiplier`, so the run spends its whole
+    budget under the PLD accountant (eq. (5.10)); ``paper_constants``: Theorem 1's fixed-order RDP
+    route (:func:`theorem1_sigma`, eq. (5.7)), which meets the same (eps, delta) with more noise
+    (breast cancer, T = 200, eps = 1, delta = 1e-5: PLD eps 0.74 of the 1.0 asked for).
+    """
+    if paper_constants:
+        return theorem1_sigma(sensitivity, rounds=rounds, eps=eps, delta=delta, mu=mu)
+    return np.asarray(sensitivity, dtype=float) * pld_noise_multiplier(rounds=int(rounds), eps=float(eps),
+                                                                      delta=float(delta))
 
 
 def _check_budget(eps: float, delta: float, mu: float) -> None:

@@ -301,8 +301,10 @@ class ZcdpNflConfig(_Frozen):
 
 
 class DpNflConfig(_Frozen):
-    """DP-NFL baseline (Gauthier et al. 2023): zCDP-NFL's updates, each step calibrated by the classic (eps, delta) rule
-    (total mode: (eps/T, delta/T) per step by basic composition)."""
+    """DP-NFL baseline (Gauthier et al. 2023): zCDP-NFL's updates, each step calibrated by the classic (eps, delta) rule.
+    Total mode: the paper's (eps/T, delta/T) per step by basic composition with ``privacy.paper_constants: true``
+    (it spends under a tenth of the budget by PLD); otherwise the PLD calibration of every peer-to-peer kind,
+    which makes its noise that of zCDP-NFL with a constant budget."""
 
     kind: Literal["dp_nfl"] = "dp_nfl"
     rho: float = Field(0.1, **_RHO)
@@ -383,8 +385,12 @@ def build_algorithm(cfg, privacy: PrivacyConfig, problem) -> P2PAlgorithm:
     if private:
         total = privacy.mode == "total"
         if cfg.kind == "dp_nfl":
-            noise = (_budget.NoisePlan.classic_total(steps, privacy.eps, privacy.delta) if total
-                     else _budget.NoisePlan.classic_per_step(privacy.eps, privacy.delta))
+            if not total:
+                noise = _budget.NoisePlan.classic_per_step(privacy.eps, privacy.delta)
+            elif privacy.paper_constants:  # the paper's baseline: (eps/T, delta/T) per step, basic composition
+                noise = _budget.NoisePlan.classic_total(steps, privacy.eps, privacy.delta)
+            else:  # spend the total as the ledger reports it: the PLD calibration of every kind (constant shape)
+                noise = _budget.NoisePlan.pld_total(_budget.constant_multipliers(steps), privacy.eps, privacy.delta)
         else:
             if cfg.kind in ("pr_admm", "p_admm"):
                 d = cfg.decay
