@@ -443,18 +443,24 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     eps, delta, privacy : as in :func:`fit` (per_round: each step's zCDP budget is the first step's).
     n_nodes, node_ids : the split of the rows over the graph's nodes (default 10 seeded parts).
     steps : int or None
-        T (default: the algorithm's).
+        T (default: the algorithm's; with ``eps=None`` and an ADMM kind, the cap of the stopping rule, 1000).
     clip : float
         c1, the row-norm bound of every node's features (default: 1.0).
     intercept, intercept_share, seed, out, data_dir, reference, name : as in :func:`fit`.
+
+    With ``eps=None`` and an ADMM kind (``zcdp_nfl``, ``dp_nfl``, ``decentralized_admm``) the run has no noise
+    and takes the privacy-off defaults (docs/algorithms.md, eqs. (3.11)-(3.13)): rho and the step in units
+    of the loss's curvature (from the rows' response scale, so any rescaling of y takes the same steps),
+    and a stop when the released average no longer moves (``stop_reason``; ``cap`` at ``steps``).
 
     Returns
     -------
     TabularModel
         ``coefficients`` and ``intercept`` (mean of the nodes' last released estimates), ``node_coefficients``,
-        ``predict(X)``, ``privacy``, ``ledger``, ``history``.
+        ``predict(X)``, ``privacy``, ``ledger``, ``history``, ``stop_reason``.
     """
     from fdp_flower.algorithms.p2p.config import build_graph, build_problem, parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.nonprivate import ADMM_KINDS, converged
     from fdp_flower.engines.p2p import run_scenario
 
     x, r = tabular_inputs(X, y)
@@ -465,6 +471,10 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     with _client_directory(data_dir) as directory:
         paths, digests = _write_tabular(directory, x, r, parts)
         alg: dict[str, Any] = {"kind": algorithm}
+        stop = None
+        if eps is None and algorithm in ADMM_KINDS:  # privacy off: eqs. (3.11)-(3.13)
+            alg.update(_nonprivate_p2p_settings(loss, tau, residual_bound, penalty, lam, clip, intercept, x, r))
+            stop = converged
         if steps is not None:
             alg["steps"] = steps
         data = {
@@ -479,17 +489,32 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
         graph_ = build_graph(scenario.topology, scenario.seed)
         problem = build_problem(scenario.data, graph_.num_nodes, scenario.seed, with_reference=reference)
-        result = run_scenario(scenario, problem=problem)
+        result = run_scenario(scenario, problem=problem, stop=stop)
         history = {k: np.asarray(v) for k, v in result.metrics.items()}
         rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
         if out is not None:
             _write_tabular_results(out, scenario, rows, result.ledger, iterates={
-                "released": result.released, "duals": result.duals})
+                "released": result.released, "duals": result.duals}, stop_reason=result.stop_reason)
     report = PrivacyReport.from_ledger(result.ledger, delta=scenario.privacy.delta,
                                        mode=scenario.privacy.mode if eps is not None else None, eps_budget=eps)
     node_w = np.asarray(result.released[-1], dtype=float)
     return TabularModel(node_w.mean(axis=0), p2p_intercept_scale(scenario), scenario, report, result.ledger,
-                        history_frame(rows), node_w=node_w)
+                        history_frame(rows), node_w=node_w, stop_reason=result.stop_reason)
+
+
+def _nonprivate_p2p_settings(loss: str, tau: float, residual_bound: float, penalty: str, lam: float, clip: float,
+                             intercept: bool, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """rho, step and cap of eq. (3.12) for the caller's rows (privacy off: the response scale is read
+    from them without noise)."""
+    from fdp_flower.algorithms.p2p.nonprivate import nonprivate_admm_settings, response_scale
+    from fdp_flower.algorithms.p2p.problems import is_smooth
+    from fdp_flower.core.losses import make_loss
+    from fdp_flower.core.penalties import Penalty
+
+    loss_ = make_loss(loss, tau=tau, residual_bound=residual_bound)
+    smooth = is_smooth(loss_, Penalty(penalty)) or lam == 0 and is_smooth(loss_, Penalty("none"))
+    return nonprivate_admm_settings(loss_, smooth=smooth, dim=x.shape[1] + int(intercept), c1=clip,
+                                    response_scale_=response_scale([y]))
 
 
 # ---------------------------------------------------------------- gradient perturbation
@@ -556,7 +581,7 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
 
 
 def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterates: dict | None = None,
-                           final: dict | None = None) -> Path:
+                           final: dict | None = None, stop_reason: str = "completed") -> Path:
     """The results directory of a peer-to-peer or gradient fit, in the layout of ``fdp-flower run``."""
     import json
 
@@ -574,7 +599,7 @@ def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterat
         np.savez(path / "final.npz", **final)
     p = scenario.privacy
     enabled = bool(p.enabled and ledger.releases)
-    summary = {"name": scenario.name, "engine": "inprocess", "stop_reason": "completed",
+    summary = {"name": scenario.name, "engine": "inprocess", "stop_reason": stop_reason,
                "final": history[-1] if history else {},
                "privacy": privacy_section(ledger, p.delta, mode=getattr(p, "mode", "total") if enabled else None,
                                           eps_budget=p.eps if enabled else None)}

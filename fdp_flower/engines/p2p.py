@@ -41,6 +41,7 @@ class P2PResult:
     solver_iterations: np.ndarray  # (T+1,) Newton iterations summed over nodes
     metrics: dict = field(default_factory=dict)
     failed: np.ndarray | None = None  # (T+1, N) bool: node failed in round r (injected; row 0 all False)
+    stop_reason: str = "completed"  # with a stopping rule: "cap" or why it stopped before the cap
 
     @property
     def final_primal(self) -> np.ndarray:
@@ -75,7 +76,8 @@ def evaluate(problem: NetworkProblem, xs: np.ndarray) -> dict:
 
 def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, seed: int,
             metrics_every: int = 1, on_round=None, failure_rate: float = 0.0,
-            failure_seed: int | None = None, progress=None, accounting_delta: float = 1e-5) -> P2PResult:
+            failure_seed: int | None = None, progress=None, accounting_delta: float = 1e-5,
+            stop=None) -> P2PResult:
     """Run ``algorithm`` for ``algorithm.steps`` rounds on ``graph``.
 
     Parameters
@@ -103,6 +105,11 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
         ``row`` the metrics of the released vectors (``released_normalized_error``, ...) and, when
         private, ``eps_pld``, the worst node's eps so far at ``accounting_delta`` (the PLD accountant's
         figure of the composed Gaussian, in closed form) (default: None).
+    stop : callable or None
+        A stopping rule ``stop(released, round) -> bool`` on the releases xt^0..xt^round (e.g.
+        :func:`fdp_flower.algorithms.p2p.nonprivate.converged`); when it holds the run ends after that
+        round, the histories end there and ``stop_reason`` says why, else ``stop_reason`` is ``cap``
+        (default: None, every round, ``stop_reason`` ``completed``).
     """
     n, k = problem.num_nodes, problem.dim
     if graph.num_nodes != n:
@@ -162,21 +169,35 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
             if worst is not None:  # the headline accountant's eps (PLD of the composed Gaussian, closed form)
                 row["eps_pld"] = epsilon_of_rho(worst.zcdp_rho, accounting_delta)
             progress(r, row)
+        if stop is not None and stop(released, r):
+            fired = r
+            break
+    else:
+        fired = None
+    stop_reason = "completed"
+    if stop is not None:
+        from fdp_flower.algorithms.p2p.nonprivate import stop_reason as _reason
+
+        stop_reason = _reason(fired)
+        if r < steps:  # the histories end at the round the rule stopped the run
+            steps = r
+            primal, released, duals = primal[: r + 1], released[: r + 1], duals[: r + 1]
+            cut, iters, failed = cut[: r + 1], iters[: r + 1], failed[: r + 1]
     rounds = np.unique(np.r_[np.arange(0, steps + 1, metrics_every), steps])
     metrics = {"round": rounds}
     for name, xs in (("primal", primal[rounds]), ("released", released[rounds])):
         for key, val in evaluate(problem, xs).items():
             metrics[f"{name}_{key}"] = val
-    return P2PResult(algorithm, graph, seed, primal, released, duals, ledger, cut, iters, metrics, failed)
+    return P2PResult(algorithm, graph, seed, primal, released, duals, ledger, cut, iters, metrics, failed, stop_reason)
 
 
 def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | None = None,
-                 metrics_every: int = 1, progress=None) -> P2PResult:
+                 metrics_every: int = 1, progress=None, stop=None) -> P2PResult:
     """Build graph, problem and algorithm of a :class:`fdp_flower.algorithms.p2p.config.P2PScenario` and run it.
 
     The graph and the data come from ``scenario.seed``; repetition r draws its noise with seed
     ``scenario.seed + r``.  Pass ``problem`` to reuse an already built one (same scenario data);
-    ``progress`` as in :func:`run_p2p` (eps at the scenario's delta).
+    ``progress`` and ``stop`` as in :func:`run_p2p` (eps at the scenario's delta).
     """
     from fdp_flower.algorithms.p2p.config import build_algorithm, build_graph, build_problem
 
@@ -185,7 +206,7 @@ def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | Non
         problem = build_problem(scenario.data, graph.num_nodes, scenario.seed)
     algorithm = build_algorithm(scenario.algorithm, scenario.privacy, problem)
     return run_p2p(problem, graph, algorithm, seed=scenario.seed + repetition, metrics_every=metrics_every,
-                   progress=progress, accounting_delta=scenario.privacy.delta)
+                   progress=progress, accounting_delta=scenario.privacy.delta, stop=stop)
 
 
 def summarize(result: P2PResult, delta: float, *, privacy=None) -> dict:
