@@ -451,7 +451,9 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     With ``eps=None`` and an ADMM kind (``zcdp_nfl``, ``dp_nfl``, ``decentralized_admm``) the run has no noise
     and takes the privacy-off defaults (docs/algorithms.md, eqs. (3.11)-(3.13)): rho and the step in units
     of the loss's curvature (from the rows' response scale, so any rescaling of y takes the same steps),
-    and a stop when the released average no longer moves (``stop_reason``; ``cap`` at ``steps``).
+    the response centred at its median with an intercept (the intercept absorbs the shift exactly; the
+    returned model, iterates and history are those of y), and a stop when the released average no
+    longer moves (``stop_reason``; ``cap`` at ``steps``).
 
     Returns
     -------
@@ -469,12 +471,14 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     if len(parts) < 2:
         raise InputError("n_nodes: a peer-to-peer graph needs at least 2 nodes")
     with _client_directory(data_dir) as directory:
-        paths, digests = _write_tabular(directory, x, r, parts)
         alg: dict[str, Any] = {"kind": algorithm}
-        stop = None
+        stop, location = None, 0.0
         if eps is None and algorithm in ADMM_KINDS:  # privacy off: eqs. (3.11)-(3.13)
             alg.update(_nonprivate_p2p_settings(loss, tau, residual_bound, penalty, lam, clip, intercept, x, r))
             stop = converged
+            if intercept and loss != "logistic":  # the unpenalized intercept absorbs a shift of y (exactly)
+                location = float(np.median(r))
+        paths, digests = _write_tabular(directory, x, r - location, parts)
         if steps is not None:
             alg["steps"] = steps
         data = {
@@ -490,6 +494,8 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         graph_ = build_graph(scenario.topology, scenario.seed)
         problem = build_problem(scenario.data, graph_.num_nodes, scenario.seed, with_reference=reference)
         result = run_scenario(scenario, problem=problem, stop=stop)
+        if location:
+            _uncentre(result, problem, location, intercept_share * clip)
         history = {k: np.asarray(v) for k, v in result.metrics.items()}
         rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
         if out is not None:
@@ -500,6 +506,28 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     node_w = np.asarray(result.released[-1], dtype=float)
     return TabularModel(node_w.mean(axis=0), p2p_intercept_scale(scenario), scenario, report, result.ledger,
                         history_frame(rows), node_w=node_w, stop_reason=result.stop_reason)
+
+
+def _uncentre(result, problem, location: float, c0: float) -> None:
+    """The run on y - location, moved back to y: quantile regression is regression-equivariant, so the
+    exact estimator of y is that of y - location with the intercept's coefficient raised by location / c0,
+    and the run is the same run started from that intercept.  Shifts every iterate's intercept entry
+    and recomputes the history against the exact estimator of y (in place)."""
+    import dataclasses
+
+    from fdp_flower.engines.p2p import evaluate
+
+    shift = location / c0
+    for arr in (result.primal, result.released):
+        arr[..., 0] += shift
+    x_star = None if problem.x_star is None else problem.x_star + shift * np.eye(problem.dim)[0]
+    original = dataclasses.replace(problem, responses=tuple(y + location for y in problem.responses), x_star=x_star)
+    rounds = np.asarray(result.metrics["round"], dtype=int)
+    metrics = {"round": rounds}
+    for name, xs in (("primal", result.primal[rounds]), ("released", result.released[rounds])):
+        for key, val in evaluate(original, xs).items():
+            metrics[f"{name}_{key}"] = val
+    result.metrics = metrics
 
 
 def _nonprivate_p2p_settings(loss: str, tau: float, residual_bound: float, penalty: str, lam: float, clip: float,

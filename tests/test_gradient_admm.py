@@ -293,3 +293,15 @@ def test_paper_initial_dual_is_refused_under_privacy(cancer):
     # without privacy it is the paper's u_0 and the run still converges toward the optimum
     res = run_gradient_admm(problem, rounds=5, rho=1.0, eta=1.0, init_dual="paper", eval_every=5)
     assert np.isfinite(res.history[-1]["objective"])
+
+
+def test_barzilai_borwein_eta_is_the_inverse_secant_curvature():
+    from fdp_flower.algorithms.gradient_admm.update import barzilai_borwein_eta
+
+    h = np.diag([2.0, 0.5])  # a quadratic: dg = H dx, so eta = ||dx||^2 / dx' H dx
+    dx = np.array([1.0, 1.0])
+    assert barzilai_borwein_eta(dx, h @ dx, eta_min=1e-3, eta_max=1e3, previous=1.0) == pytest.approx(2 / 2.5)
+    assert barzilai_borwein_eta(dx, h @ dx, eta_min=1.0, eta_max=1e3, previous=7.0) == 1.0  # kept in range
+    assert barzilai_borwein_eta(dx, -dx, eta_min=1e-3, eta_max=1e3, previous=7.0) == 7.0  # no curvature
+    with pytest.raises(ValueError, match="eta_min"):
+        barzilai_borwein_eta(dx, dx, eta_min=0.0, eta_max=1.0, previous=1.0)

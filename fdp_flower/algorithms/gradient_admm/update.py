@@ -100,6 +100,20 @@ def x_update(matrix: np.ndarray, x_hat: np.ndarray, gradient: np.ndarray, y: np.
     return x_hat - (eta / gamma) * (gradient + rho * (matrix.T @ residual))
 
 
+def barzilai_borwein_eta(dx: np.ndarray, dg: np.ndarray, *, eta_min: float, eta_max: float,
+                         previous: float) -> float:
+    """eta_t = ||dx||^2 / <dx, dg> (Barzilai & Borwein 1988), kept in [eta_min, eta_max]; ``previous`` when
+    <dx, dg> <= 0 (no curvature seen).  dx = xh_{t-1} - xh_{t-2} and dg the change of the aggregated
+    gradient between them: a post-processing of released gradients (no privacy cost).  With privacy off
+    it replaces the fixed eta of eq. (5.4) (docs/algorithms.md, section 5.2; measured, not the default)."""
+    if not 0 < eta_min <= eta_max:
+        raise ValueError(f"need 0 < eta_min <= eta_max, got {eta_min}, {eta_max}")
+    curvature = float(np.dot(dx, dg))
+    if not curvature > 0:
+        return float(previous)
+    return float(min(max(float(np.dot(dx, dx)) / curvature, eta_min), eta_max))
+
+
 def dual_update(matrix: np.ndarray, u_hat: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """u_t = uh_{t-1} + A x_t - y_t (docs/algorithms.md, eq. (5.5); Xu et al. 2020, eq. (5), scaled dual)."""
     return u_hat + matrix @ x - y
