@@ -83,7 +83,7 @@ def test_curvature_units():
     rough = nonprivate_admm_settings(QuantileLoss(), smooth=False, dim=9, c1=1.0, response_scale_=2.0)
     assert rough == {"rho": 1 / 18, "step": {"kind": "inv", "eta0": 30 * 18.0}, "steps": 1000}
     smooth = nonprivate_admm_settings(LogisticLoss(), smooth=True, dim=4, c1=1.0, response_scale_=1.0)
-    assert smooth == {"rho": 0.3 / 16, "step": {"kind": "constant", "eta0": 3 * 16.0}, "steps": 1000}
+    assert smooth == {"rho": 0.3 / 16, "step": {"kind": "inv", "eta0": 30 * 16.0}, "steps": 1000}
 
 
 def test_a_shifted_response_is_centred_and_the_intercept_absorbs_it(rows):
