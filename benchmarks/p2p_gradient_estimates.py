@@ -272,7 +272,8 @@ def barzilai_borwein_admm(problem, *, rho: float, eta0: float, rounds: int, eta_
 def barzilai_borwein_prox(problem, *, eta0: float, rounds: int, eta_max: float = 1e6):
     """For a diagonal A (the lasso, with or without an unpenalized intercept): x <- S_{eta lam |A|}(x - eta g),
     eta the Barzilai-Borwein step (SpaRSA without its line search).  Post-processing of released gradients."""
-    weight = np.abs(np.diag(problem.matrix)) if problem.matrix.shape[0] == problem.dim else None
+    square = problem.matrix.shape[0] == problem.dim
+    weight = np.abs(np.diag(problem.matrix)) if square else None
     if weight is None or not np.allclose(problem.matrix, np.diag(np.diag(problem.matrix))):
         raise ValueError("the proximal form needs a diagonal A")
     x, eta, prev, path = np.zeros(problem.dim), eta0, None, []
@@ -366,7 +367,7 @@ def section_gradient(quick: bool) -> dict:
         row["accadmm_restart_rho0.1"] = summary(np.array(res.iterates), t0)
         t0 = time.perf_counter()
         row["bb_admm_rho1e-3"] = summary(barzilai_borwein_admm(problem, rho=1e-3, eta0=alg.eta, rounds=rounds), t0)
-        if np.allclose(problem.matrix, np.diag(np.diag(problem.matrix))) and problem.matrix.shape[0] == problem.dim:
+        if problem.matrix.shape[0] == problem.dim and np.allclose(problem.matrix, np.diag(np.diag(problem.matrix))):
             t0 = time.perf_counter()
             row["bb_prox"] = summary(barzilai_borwein_prox(problem, eta0=alg.eta, rounds=rounds), t0)
         rows[name] = row
