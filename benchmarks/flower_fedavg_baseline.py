@@ -114,7 +114,6 @@ def check_against_flower_mod(seed: int = 5) -> float:
     returns the max abs difference (0.0 when the fast path is Flower's mod exactly)."""
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp.mod import LocalDpMod
-
     from flwr.supercore.task_identity import TaskIdentity
 
     rng = np.random.default_rng(seed)
@@ -162,7 +161,7 @@ def fedavg(sc, data, *, variant: str, lr: float, local_steps: int, rounds: int, 
     """FedAvg with LocalDpMod on every site; returns the final model, the sites' worst PLD eps and the
     mod's settings.  Noise: site i in round r draws from ``RandomState(seed, i, r)`` (see ``--flower-cell``)."""
     objective = build_objective(sc)
-    features, response = data.features, data.response_for(sc)
+    features, response = data.site.features, data.site_for(sc).response
     num_sites, dim = features.shape[0], features.shape[2]
     counts = data.sizes.astype(float)
     z, eps_mod, delta_mod = mod_parameters(rounds, EPS, DELTA)
@@ -175,7 +174,7 @@ def fedavg(sc, data, *, variant: str, lr: float, local_steps: int, rounds: int, 
     else:
         raise ValueError(f"unknown variant {variant!r}")
     stds = np.array([mod_std(s, eps_mod, delta_mod) for s in sens])
-    if data.mask is not None:
+    if data.site.mask is not None:
         raise ValueError("equal site sizes only (n divisible by M)")
     w = np.zeros(dim)
     path = []
@@ -241,7 +240,7 @@ def flower_cell(sc, data, params: dict, variant: str, seed: int) -> np.ndarray:
     from flwr.simulation import run_simulation
 
     objective = build_objective(sc)
-    features, response, counts = data.features, data.response_for(sc), data.sizes
+    features, response, counts = data.site.features, data.site_for(sc).response, data.sizes
     num_sites, dim = features.shape[0], features.shape[2]
     z, eps_mod, delta_mod = mod_parameters(params["rounds"], EPS, DELTA)
     sens = (2.0 * params["clip"] if variant == "update_clip"

@@ -47,20 +47,17 @@ sys.path.insert(0, str(ROOT))
 
 import fdp_flower  # noqa: E402
 from fdp_flower.algorithms.p2p import topology as topo  # noqa: E402
-from fdp_flower.algorithms.p2p.config import (  # noqa: E402
-    P2PArraysData,
-    build_algorithm,
-    build_graph,
-    build_problem,
-    load_p2p_scenario,
-)
+from fdp_flower.algorithms.p2p.config import load_p2p_scenario  # noqa: E402
 from fdp_flower.algorithms.p2p.nonprivate import (  # noqa: E402
     converged,
     curvature_unit,
     nonprivate_admm_settings,
     response_scale,
 )
+from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph  # noqa: E402
 from fdp_flower.algorithms.p2p.problems import arrays_problem, is_smooth  # noqa: E402
+from fdp_flower.core.losses import make_loss  # noqa: E402
+from fdp_flower.core.penalties import Penalty  # noqa: E402
 from fdp_flower.engines.p2p import run_p2p  # noqa: E402
 
 CAP = 1000
@@ -106,7 +103,8 @@ def quantile_problem(*, dim=8, noise="t3", tau=0.5, nodes=10, m=200, graph="ring
 
     d = tempfile.mkdtemp(prefix="p2p-estimates-")
     paths = [str(write_arrays_file(os.path.join(d, f"node-{i}.npz"), x[r], y[r])) for i, r in enumerate(parts)]
-    problem = arrays_problem(P2PArraysData(paths=paths, loss="quantile", tau=tau, intercept=True, c1=c1))
+    problem = arrays_problem(paths, loss=make_loss("quantile", tau=tau), penalty=Penalty("none", unpenalized=1),
+                             lam=0.0, c1=c1, intercept=True)
     g = topo.ring(nodes) if graph == "ring" else topo.erdos_renyi(nodes, 4 / (nodes - 1), topo.graph_rng(seed))
     return g, problem
 
@@ -119,7 +117,7 @@ def default_algorithm(problem, kind: str = "decentralized_admm"):
     settings = nonprivate_admm_settings(problem.loss, smooth=is_smooth(problem.loss, problem.penalty),
                                         dim=problem.dim, c1=problem.c1,
                                         response_scale_=response_scale(problem.responses))
-    settings["steps"] = CAP
+    settings["rounds"] = CAP
     return build_algorithm(DecentralizedAdmmConfig(**settings), PrivacyConfig(enabled=False), problem), settings
 
 
@@ -153,19 +151,20 @@ def section_issue(quick: bool) -> dict:
 def section_issue_old() -> dict:
     """The former defaults (rho = 0.1, eta_k = 10 / k) on the issue's rows, through the engine."""
     from fdp_flower.algorithms.p2p.config import DecentralizedAdmmConfig
-    from fdp_flower.config.sections import PrivacyConfig
     from fdp_flower.api import client_partition
+    from fdp_flower.config.sections import PrivacyConfig
     from fdp_flower.data.tabular import write_arrays_file
 
     x, y = issue_rows()
     parts, _ = client_partition(len(y), n_clients=10, client_ids=None, seed=0)
     d = tempfile.mkdtemp(prefix="p2p-issue-")
     paths = [str(write_arrays_file(os.path.join(d, f"c{i}.npz"), x[r], y[r])) for i, r in enumerate(parts)]
-    problem = arrays_problem(P2PArraysData(paths=paths, loss="quantile", tau=0.5, intercept=True, c1=1.0))
+    problem = arrays_problem(paths, loss=make_loss("quantile", tau=0.5), penalty=Penalty("none", unpenalized=1),
+                             lam=0.0, c1=1.0, intercept=True)
     graph = topo.ring(10)
     out = {}
     for steps in (200, 2000):
-        alg = build_algorithm(DecentralizedAdmmConfig(rho=0.1, steps=steps, step={"kind": "inv", "eta0": 10.0}),
+        alg = build_algorithm(DecentralizedAdmmConfig(rho=0.1, rounds=steps, step={"kind": "inv", "eta0": 10.0}),
                               PrivacyConfig(enabled=False), problem)
         res = run_p2p(problem, graph, alg, seed=0, metrics_every=steps)
         out[steps] = float(errors_of(problem, res.released[-1:])[0][0])
@@ -215,14 +214,14 @@ def section_scenarios(quick: bool) -> dict:
         sc = load_p2p_scenario(path, ["privacy.enabled=false"])
         if quick and sc.data.kind == "adult_nodes":
             continue
-        graph = build_graph(sc.topology, sc.seed)
-        problem = build_problem(sc.data, graph.num_nodes, sc.seed)
-        own_steps = sc.algorithm.steps
+        graph = scenario_graph(sc)
+        problem = build_problem(sc)
+        own_steps = sc.algorithm.rounds
         row = {"kind": sc.algorithm.kind, "own_steps": own_steps}
         heavy = sc.data.kind == "adult_nodes" and sc.algorithm.kind == "pr_admm"
         cap = 100 if heavy else CAP  # exact Newton solves on 8000 rows per node: slow on a shared machine
         t0 = time.perf_counter()
-        own = build_algorithm(sc.algorithm.model_copy(update={"steps": max(own_steps, cap)}), sc.privacy, problem)
+        own = build_algorithm(sc.algorithm.model_copy(update={"rounds": max(own_steps, cap)}), sc.privacy, problem)
         res = run_p2p(problem, graph, own, seed=0)
         mean, worst = errors_of(problem, res.released)
         row["own"] = {"error_at_own_steps": float(worst[own_steps]), "first_1pct": first_within(worst),
@@ -302,7 +301,7 @@ def server_stop(path: np.ndarray, tol: float = 3e-3, first: int = 20) -> int | N
 
 def gradient_problems(quick: bool):
     from fdp_flower.algorithms.gradient_admm.config import load_gradient_admm_scenario
-    from fdp_flower.engines.gradient_admm import build_problem as gbuild
+    from fdp_flower.algorithms.gradient_admm.plan import build_problem as gbuild
 
     for path in sorted(glob.glob(str(ROOT / "scenarios" / "dp_admm_*.yaml"))):
         sc = load_gradient_admm_scenario(path)
@@ -320,16 +319,16 @@ def gradient_problems(quick: bool):
 def fit_gradient_problem(x, y, *, loss="logistic"):
     """The problem ``fit_gradient(x, y, eps=None, loss=loss)`` solves (its defaults: 10 clients, lasso, lam 1e-3)."""
     from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
+    from fdp_flower.algorithms.gradient_admm.plan import build_problem as gbuild
     from fdp_flower.api import _write_tabular, client_partition
     from fdp_flower.config.base import validate_mapping
-    from fdp_flower.engines.gradient_admm import build_problem as gbuild
 
     parts, _ = client_partition(len(y), n_clients=None, client_ids=None, seed=0)
     paths, digests = _write_tabular(Path(tempfile.mkdtemp(prefix="grad-estimates-")), x, y, parts)
     data = {"name": "fit_gradient", "seed": 0,
             "data": {"kind": "arrays", "paths": paths, "digests": digests, "intercept": True},
             "federation": {"num_clients": len(parts)},
-            "model": {"loss": {"kind": loss}, "lam": 1e-3, "constraint": {"kind": "lasso"}, "clip_c1": 1.0},
+            "model": {"loss": {"kind": loss}, "penalty": {"kind": "l1", "lam": 1e-3}, "constraint": {"kind": "lasso"}, "clip_c1": 1.0},
             "algorithm": {"kind": "dp_admm"}, "privacy": {"enabled": False}}
     sc = validate_mapping(GradientADMMScenario, data, "fit_gradient")
     return sc, gbuild(sc)
@@ -386,7 +385,7 @@ def section_budgets(quick: bool) -> dict:
     xq, yq = issue_rows(n=400, k=4)
     for alg in ("zcdp_nfl", "zcdp_grad_nfl", "dp_nfl", "pr_admm"):
         for eps in (0.5, 1.0, 4.0):
-            m = fdp_flower.fit_p2p(xq, yq, algorithm=alg, eps=eps, steps=50, n_nodes=5, reference=False)
+            m = fdp_flower.fit_p2p(xq, yq, algorithm=alg, eps=eps, rounds=50, n_nodes=5, reference=False)
             rows[f"fit_p2p {alg}, eps={eps:g}"] = m.privacy.eps / eps
     return rows
 

@@ -53,7 +53,7 @@ def test_gradient_family_spends_its_total_budget(tabular, algorithm, eps):
 def test_p2p_family_spends_its_total_budget(tabular, algorithm, extra, eps):
     x, y = tabular
     kw = {"loss": "quantile", **extra}
-    model = fdp_flower.fit_p2p(x, y, algorithm=algorithm, eps=eps, steps=20, n_nodes=3, reference=False, **kw)
+    model = fdp_flower.fit_p2p(x, y, algorithm=algorithm, eps=eps, rounds=20, n_nodes=3, reference=False, **kw)
     assert LOW <= _spent(model, eps) <= HIGH
 
 
@@ -77,15 +77,20 @@ def test_theorem1_route_spends_less_than_the_pld_calibration():
 
 
 def test_dp_nfl_paper_baseline_keeps_basic_composition(tabular):
-    """DP-NFL with ``paper_constants``: the paper's (eps/T, delta/T) per step, which PLD finds far below eps."""
-    from fdp_flower.algorithms.p2p.budget import NoisePlan
-    from fdp_flower.algorithms.p2p.config import build_algorithm, build_problem, parse_p2p_scenario
+    """DP-NFL with ``paper_constants``: the paper's (eps/T, delta/T) per round, which PLD finds far below eps;
+    without it, the PLD calibration of a constant schedule (zCDP-NFL's)."""
+    from fdp_flower.algorithms.p2p import budget
+    from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem
 
-    data = {"topology": {"kind": "ring", "num_nodes": 4},
+    data = {"federation": {"num_clients": 4}, "topology": {"kind": "ring"},
             "data": {"kind": "synthetic_regression", "problem": "lad", "samples_per_node": 20, "dim": 3},
-            "algorithm": {"kind": "dp_nfl", "steps": 20},
+            "model": {"loss": {"kind": "absolute"}},
+            "algorithm": {"kind": "dp_nfl", "rounds": 20},
             "privacy": {"mode": "total", "eps": 1.0, "delta": 1e-5, "paper_constants": True}}
     sc = parse_p2p_scenario(data)
-    problem = build_problem(sc.data, 4, 0, with_reference=False)
-    alg = build_algorithm(sc.algorithm, sc.privacy, problem)
-    assert alg.noise == NoisePlan.classic_total(20, 1.0, 1e-5)
+    problem = build_problem(sc, with_reference=False)
+    assert build_algorithm(sc.algorithm, sc.privacy, problem).noise == budget.NoisePlan.classic_total(20, 1.0, 1e-5)
+    pld = sc.model_copy(update={"privacy": sc.privacy.model_copy(update={"paper_constants": False})})
+    assert build_algorithm(pld.algorithm, pld.privacy, problem).noise == budget.NoisePlan.pld_total(
+        budget.constant_multipliers(20), 1.0, 1e-5)

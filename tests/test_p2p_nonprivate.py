@@ -51,7 +51,7 @@ def test_stop_reason_is_cap_when_the_rule_never_holds(rows, tmp_path):
     import json
 
     x, y = rows
-    model = fdp_flower.fit_p2p(x, y, eps=None, n_nodes=6, seed=1, steps=25, out=tmp_path / "run")
+    model = fdp_flower.fit_p2p(x, y, eps=None, n_nodes=6, seed=1, rounds=25, out=tmp_path / "run")
     assert model.stop_reason == "cap"
     assert int(model.history.iloc[-1]["round"]) == 25
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["stop_reason"] == "cap"
@@ -81,9 +81,9 @@ def test_curvature_units():
     assert curvature_unit(SquaredLoss(), dim=4, c1=2.0, response_scale_=5.0) == pytest.approx(1.0)
     assert curvature_unit(LogisticLoss(), dim=4, c1=1.0, response_scale_=5.0) == pytest.approx(16.0)
     rough = nonprivate_admm_settings(QuantileLoss(), smooth=False, dim=9, c1=1.0, response_scale_=2.0)
-    assert rough == {"rho": 1 / 18, "step": {"kind": "inv", "eta0": 30 * 18.0}, "steps": 1000}
+    assert rough == {"rho": 1 / 18, "step": {"kind": "inv", "eta0": 30 * 18.0}, "rounds": 1000}
     smooth = nonprivate_admm_settings(LogisticLoss(), smooth=True, dim=4, c1=1.0, response_scale_=1.0)
-    assert smooth == {"rho": 0.3 / 16, "step": {"kind": "inv", "eta0": 30 * 16.0}, "steps": 1000}
+    assert smooth == {"rho": 0.3 / 16, "step": {"kind": "inv", "eta0": 30 * 16.0}, "rounds": 1000}
 
 
 def test_a_shifted_response_is_centred_and_the_intercept_absorbs_it(rows):
@@ -96,3 +96,27 @@ def test_a_shifted_response_is_centred_and_the_intercept_absorbs_it(rows):
     np.testing.assert_allclose(far.coefficients, base.coefficients, rtol=1e-8, atol=1e-10)
     assert far.intercept == pytest.approx(base.intercept + 1e4, rel=1e-10)
     assert far.history.iloc[-1]["released_normalized_error_max"] <= 0.01
+
+
+def test_the_relay_stops_on_released_vectors_without_changing_them():
+    """The stopping rule is the server protocol's (``P2PServer(stop=...)``): a run it stops has the same
+    released vectors as the uncapped run up to that round (post-processing), ends there with ``converged``,
+    and a rule that never holds ends at the cap with ``cap``."""
+    from fdp_flower.algorithms.p2p.config import DecentralizedAdmmConfig, P2PScenario, SyntheticRegressionData
+    from fdp_flower.config.sections import PrivacyConfig
+    from fdp_flower.engines.p2p import run_scenario
+
+    sc = P2PScenario(federation={"num_clients": 5}, topology={"kind": "ring"},
+                     data=SyntheticRegressionData(problem="ridge", samples_per_node=40, dim=3),
+                     algorithm=DecentralizedAdmmConfig(rounds=300, rho=0.3, step={"kind": "inv", "eta0": 30.0}),
+                     privacy=PrivacyConfig(enabled=False))
+    full = run_scenario(sc, metrics_every=300)
+    stopped = run_scenario(sc, metrics_every=300, stop=converged)
+    last = len(stopped.released) - 1
+    assert 20 <= last < 300 and stopped.stop_reason.startswith("converged")
+    assert f"after round {last}" in stopped.stop_reason
+    assert converged(full.released, last) and not any(converged(full.released, r) for r in range(1, last))
+    np.testing.assert_array_equal(stopped.released, full.released[: last + 1])
+    assert full.stop_reason == "completed"
+    never = run_scenario(sc, metrics_every=300, stop=lambda released, round_: False)
+    assert never.stop_reason == "cap" and len(never.released) == 301

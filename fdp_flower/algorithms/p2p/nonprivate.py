@@ -6,13 +6,13 @@ Without noise the linearized decentralized ADMM (3.1)-(3.3) is a (sub)gradient m
 min(eta_k, 1 / (2 rho |N_i|)) in the units of x.  On a quantile loss the curvature of sum_i f_i near x*
 is about f(q_tau) E[a a^T], so a fixed eta0 / k converges like k^(-eta0 mu) when eta0 mu < 1: on 2000
 rows of 8 t(3) features (clip 1) mu ~ 0.03 and the former default eta0 = 10 stalls at 0.24 ||x*|| after
-2000 steps.  The defaults below scale eta and rho by the curvature unit
+2000 rounds.  The defaults below scale eta and rho by the curvature unit
 
     u = K / (c1^2 kappa),   kappa = 4 tau (1 - tau) / s_y (quantile), 2 / s_y (absolute),
                                     1 (squared, Huber), 1/4 (logistic)                     (3.11)
 
 (K features, c1 the row clip, s_y the response scale), so a response multiplied by any factor takes the
-same number of steps:
+same number of rounds:
 
     rho = 1 / u (nonsmooth f_i) or 0.3 / u (smooth f_i),   eta_k = 30 u / k                 (3.12)
 
@@ -21,7 +21,7 @@ most tol ||xbar^k|| since round floor(k/2) and every node is within tol ||xbar^k
 
     ||xbar^k - xbar^floor(k/2)|| <= tol ||xbar^k||   and   max_i ||xt_i^k - xbar^k|| <= tol ||xbar^k||,   (3.13)
 
-tol = 3e-3, or at the cap of 1000 steps (``stop_reason: cap``).  (3.13) looks back half the run, not
+tol = 3e-3, or at the cap of 1000 rounds (``stop_reason: cap``).  (3.13) looks back half the run, not
 one step, because a decreasing step makes the last step small however far x* still is; it reads
 only released vectors.  The response scale is that of the caller's rows (non-private: privacy is off).
 """
@@ -41,7 +41,7 @@ NONSMOOTH_PENALTY = 1.0
 #: Adult, whose one-hot rows concentrate the curvature in few directions (u overstates 1 / L there by 60x);
 #: the decreasing step recovers from its large first steps (Adult: 520 rounds).
 SMOOTH_PENALTY = 0.3
-#: the cap on the number of steps and the stopping rule's tolerance and first round (eq. (3.13))
+#: the cap on the number of rounds and the stopping rule's tolerance and first round (eq. (3.13))
 STEP_CAP = 1000
 STOP_TOLERANCE = 3e-3
 STOP_FIRST_ROUND = 20
@@ -85,10 +85,10 @@ def curvature_unit(loss, *, dim: int, c1: float, response_scale_: float) -> floa
 
 
 def nonprivate_admm_settings(loss, *, smooth: bool, dim: int, c1: float, response_scale_: float) -> dict:
-    """The ``algorithm`` fields (rho, step, steps) of eq. (3.12) for the ADMM kinds with privacy off."""
+    """The ``algorithm`` fields (rho, step, rounds) of eq. (3.12) for the ADMM kinds with privacy off."""
     u = curvature_unit(loss, dim=dim, c1=c1, response_scale_=response_scale_)
     penalty = SMOOTH_PENALTY if smooth else NONSMOOTH_PENALTY
-    return {"rho": penalty / u, "step": {"kind": "inv", "eta0": STEP * u}, "steps": STEP_CAP}
+    return {"rho": penalty / u, "step": {"kind": "inv", "eta0": STEP * u}, "rounds": STEP_CAP}
 
 
 def converged(released: np.ndarray, round_: int, *, tol: float = STOP_TOLERANCE,
