@@ -4,7 +4,7 @@ off reach the family's own exact estimator within 1% in norm, and does a total b
     python benchmarks/p2p_gradient_estimates.py [--quick] [--only issue suite scenarios gradient budgets]
         [--out benchmarks/results/p2p_gradient_estimates]
 
-Sections (each writes ``<out>/<section>.json`` and a markdown table ``<out>/<section>.md``; the memo
+Sections (each writes ``<out>/<section>.json``, ``<out>/<section>_quick.json`` with ``--quick``; the memo
 ``benchmarks/results/p2p_gradient_estimates.md`` quotes them):
 
 - ``issue``: the problem of issue 29 (``fit_p2p(X, y, eps=None, loss="quantile")``, 2000 rows of 8 standard
