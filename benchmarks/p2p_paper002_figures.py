@@ -108,7 +108,8 @@ def scenario(problem, alg, eps):
     return P2PScenario(name="paper002", seed=0, federation={"num_clients": N},
                        topology={"kind": "erdos_renyi", "average_degree": 4.0},
                        data=SyntheticRegressionData(problem=problem), algorithm=alg,
-                       privacy=PrivacyConfig(mode="total", eps=eps, delta=DELTA))
+                       privacy=PrivacyConfig(mode="total", eps=eps, delta=DELTA,
+                                             paper_constants=alg.kind == "dp_nfl"))  # DP-NFL: the paper's baseline
 
 
 def private_anchor_curve(problem, net, params, eps, seed):

@@ -101,8 +101,8 @@ def run_preconditioned(sc, data, weights: dict[str, tuple[np.ndarray, float]], *
     n_cfg = len(names)
     objective = build_objective(sc)
     plan = noise_plan(sc, data.basis)
-    y = data.response_for(sc)
-    num_clients, dim = data.features.shape[0], data.features.shape[2]
+    y = data.site_for(sc).response
+    num_clients, dim = data.site.features.shape[0], data.site.features.shape[2]
     rounds, rho0 = sc.algorithm.rounds, sc.algorithm.rho
     sizes = data.sizes.astype(float)
     eta1 = plan.step_size(1, 1.0)  # constant schedule: the default scalar step

@@ -112,7 +112,8 @@ def exact_mise(num_clients: int, penalty: str, seed: int, cache: dict, cache_pat
         if seed not in pooled:
             data = shared_setup(parse_scenario(base(CLIENTS[0], penalty, seed) | {"privacy": {"enabled": False}}))
             pooled.clear()
-            pooled[seed] = (data.features.reshape(-1, data.features.shape[-1]), data.response.reshape(-1), data)
+            site = data.site
+            pooled[seed] = (site.features.reshape(-1, site.features.shape[-1]), site.response.reshape(-1), data)
         a, y, data = pooled[seed]
         ob = build_objective(parse_scenario(base(num_clients, penalty, seed) | {"privacy": {"enabled": False}}))
         bounds = design.partition_bounds(len(y), num_clients)

@@ -459,18 +459,27 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     eps, delta, privacy : as in :func:`fit` (per_round: each round's zCDP budget is the first round's).
     n_nodes, node_ids : the split of the rows over the graph's nodes (default 10 seeded parts).
     rounds : int or None
-        T (default: the algorithm's; ``steps`` was its earlier name and is refused with a one-line error).
+        T (default: the algorithm's; with ``eps=None`` and an ADMM kind, the cap of the stopping rule, 1000;
+        ``steps`` was its earlier name and is refused with a one-line error).
     clip : float
         c1, the row-norm bound of every node's features (default: 1.0).
     intercept, intercept_share, seed, out, data_dir, reference, name : as in :func:`fit`.
+
+    With ``eps=None`` and an ADMM kind (``zcdp_nfl``, ``dp_nfl``, ``decentralized_admm``) the run has no noise
+    and takes the privacy-off defaults (docs/algorithms.md, eqs. (3.11)-(3.13)): rho and the step in units
+    of the loss's curvature (from the rows' response scale, so any rescaling of y takes the same steps),
+    the response centred at its median with an intercept (the intercept absorbs the shift exactly; the
+    returned model, iterates and history are those of y), and a stop when the released average no
+    longer moves (``stop_reason``; ``cap`` at ``rounds``).
 
     Returns
     -------
     TabularModel
         ``coefficients`` and ``intercept`` (mean of the nodes' last released estimates), ``node_coefficients``,
-        ``predict(X)``, ``privacy``, ``ledger``, ``history``.
+        ``predict(X)``, ``privacy``, ``ledger``, ``history``, ``stop_reason``.
     """
     from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.nonprivate import ADMM_KINDS, converged
     from fdp_flower.algorithms.p2p.plan import build_problem
     from fdp_flower.engines.p2p import run_scenario
 
@@ -484,8 +493,14 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     if len(parts) < 2:
         raise InputError("n_nodes: a peer-to-peer graph needs at least 2 nodes")
     with _client_directory(data_dir) as directory:
-        paths, digests = _write_tabular(directory, x, r, parts)
         alg: dict[str, Any] = {"kind": algorithm}
+        stop, location = None, 0.0
+        if eps is None and algorithm in ADMM_KINDS:  # privacy off: eqs. (3.11)-(3.13)
+            alg.update(_nonprivate_p2p_settings(loss, tau, residual_bound, penalty, lam, clip, intercept, x, r))
+            stop = converged
+            if intercept and loss != "logistic":  # the unpenalized intercept absorbs a shift of y (exactly)
+                location = float(np.median(r))
+        paths, digests = _write_tabular(directory, x, r - location, parts)
         if rounds is not None:
             alg["rounds"] = rounds
         data = {
@@ -501,7 +516,9 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         }
         scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
         problem = build_problem(scenario, with_reference=reference)
-        result = run_scenario(scenario, problem=problem)
+        result = run_scenario(scenario, problem=problem, stop=stop)
+        if location:
+            _uncentre(result, problem, location, intercept_share * clip)
         history = {k: np.asarray(v) for k, v in result.metrics.items()}
         rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
         if out is not None:
@@ -511,7 +528,44 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
                                        mode=scenario.privacy.mode if eps is not None else None, eps_budget=eps)
     node_w = np.asarray(result.released[-1], dtype=float)
     return TabularModel(node_w.mean(axis=0), p2p_intercept_scale(scenario), scenario, report, result.ledger,
-                        history_frame(rows), node_w=node_w)
+                        history_frame(rows), node_w=node_w, stop_reason=result.stop_reason)
+
+
+def _uncentre(result, problem, location: float, c0: float) -> None:
+    """The run on y - location, moved back to y: quantile regression is regression-equivariant, so the
+    exact estimator of y is that of y - location with the intercept's coefficient raised by location / c0,
+    and the run is the same run started from that intercept.  Shifts every iterate's intercept entry
+    and recomputes the history against the exact estimator of y (in place)."""
+    import dataclasses
+
+    from fdp_flower.engines.p2p import evaluate
+
+    shift = location / c0
+    for arr in (result.primal, result.released):
+        arr[..., 0] += shift
+    x_star = None if problem.x_star is None else problem.x_star + shift * np.eye(problem.dim)[0]
+    original = dataclasses.replace(problem, responses=tuple(y + location for y in problem.responses), x_star=x_star)
+    rounds = np.asarray(result.metrics["round"], dtype=int)
+    metrics = {"round": rounds}
+    for name, xs in (("primal", result.primal[rounds]), ("released", result.released[rounds])):
+        for key, val in evaluate(original, xs).items():
+            metrics[f"{name}_{key}"] = val
+    result.metrics = metrics
+
+
+def _nonprivate_p2p_settings(loss: str, tau: float, residual_bound: float, penalty: str, lam: float, clip: float,
+                             intercept: bool, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """rho, step and cap of eq. (3.12) for the caller's rows (privacy off: the response scale is read
+    from them without noise)."""
+    from fdp_flower.algorithms.p2p.nonprivate import nonprivate_admm_settings, response_scale
+    from fdp_flower.algorithms.p2p.problems import is_smooth
+    from fdp_flower.core.losses import make_loss
+    from fdp_flower.core.penalties import Penalty
+
+    loss_ = make_loss(loss, tau=tau, residual_bound=residual_bound)
+    smooth = is_smooth(loss_, Penalty(penalty)) or lam == 0 and is_smooth(loss_, Penalty("none"))
+    return nonprivate_admm_settings(loss_, smooth=smooth, dim=x.shape[1] + int(intercept), c1=clip,
+                                    response_scale_=response_scale([y]))
 
 
 # ---------------------------------------------------------------- gradient perturbation
@@ -534,8 +588,8 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
     loss, tau : "logistic" (default), "quantile" or "absolute"; the quantile level.
     lam, constraint : weight of ||A x||_1 and the kind of A (defaults: 1e-3, "lasso"); the intercept is
         outside A x.
-    eps, delta : the total budget of the run (Xu et al. 2020, Theorem 1, one calibration for all T rounds);
-        eps=None runs plain ADMM / AccADMM.
+    eps, delta : the total budget of the run, one calibration for all T rounds by the PLD accountant
+        (docs/algorithms.md, eq. (5.10)); eps=None runs plain ADMM / AccADMM.
     neighbouring : "add_remove" (default) or "replace_one": the relation the guarantee is stated for; the mean
         gradient's sensitivity is 2c/m_i under both (the paper's c/m is not a bound), so the noise is the same.
     n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,

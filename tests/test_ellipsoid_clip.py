@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
-from fdp_flower.algorithms.fdp_admm.plan import site_plan, build_objective, noise_plan, noise_scales
+from fdp_flower.algorithms.fdp_admm.plan import build_objective, noise_plan, noise_scales, site_plan
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.config.base import ScenarioError

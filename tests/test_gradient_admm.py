@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from fdp_flower.algorithms.gradient_admm.reference import optimality_residual, solve_generalized_lasso
 from fdp_flower.algorithms.gradient_admm.plan import GradientADMMProblem
+from fdp_flower.algorithms.gradient_admm.reference import optimality_residual, solve_generalized_lasso
 from fdp_flower.algorithms.gradient_admm.site import POINT, SiteData, SitePlan, answer, data_term
 from fdp_flower.algorithms.gradient_admm.update import (
     GradientPrivacy,
@@ -31,9 +31,9 @@ from fdp_flower.algorithms.gradient_admm.update import (
     x_update,
     y_update,
 )
+from fdp_flower.algorithms.protocol import PublicValueError, SiteRequest
 from fdp_flower.core.losses import AbsoluteLoss, LogisticLoss, QuantileLoss
 from fdp_flower.data import load_breast_cancer_binary, train_test_split_binary
-from fdp_flower.algorithms.protocol import PublicValueError, SiteRequest
 from fdp_flower.data.sources import split_clients
 from fdp_flower.engines.gradient_admm import run_gradient_admm
 from fdp_flower.privacy import PrivacyLedger
@@ -342,10 +342,20 @@ def test_private_run_is_reproducible_and_ledgered(cancer):
     assert rel.mechanism == "gaussian_gradient" and rel.neighbouring == "add_remove"
     np.testing.assert_allclose(r1.sensitivities, 2.0 / problem.counts)  # c = c1 = 1 for the logistic loss
     np.testing.assert_allclose(r1.sigmas * problem.counts, r1.sigmas[0] * problem.counts[0])
-    # the whole run spends the target eps per client under either relation (Theorem 1 with 2c/m)
-    rep = {r.neighbouring: r for r in privacy_report(r1.ledger, delta=1e-3, alpha=priv.alpha)}
+    # the whole run spends the target eps per client under either relation: by the PLD accountant (the
+    # default calibration, eq. (5.10)), and Theorem 1's fixed-order route then reports more than the target
+    rep = {r.neighbouring: r for r in privacy_report(r1.ledger, delta=1e-3, alpha=priv.alpha, with_pld=True)}
+    for relation in ("add_remove", "replace_one"):
+        assert 0.999 <= rep[relation].eps_pld / 1.0 <= 1.0
+        assert rep[relation].eps_theorem1 > 1.05
+    # privacy.paper_constants: Theorem 1's sigma (eq. (5.7)), which its own route reports as exactly eps
+    paper = GradientPrivacy(eps=1.0, delta=1e-3, paper_constants=True)
+    r4 = run_gradient_admm(problem, seed=11, **{**kw, "privacy": paper})
+    rep = {r.neighbouring: r for r in privacy_report(r4.ledger, delta=1e-3, alpha=paper.alpha, with_pld=True)}
     assert rep["add_remove"].eps_theorem1 == pytest.approx(1.0)
     assert rep["replace_one"].eps_theorem1 == pytest.approx(1.0)
+    assert rep["add_remove"].eps_pld < 0.9  # the looser route leaves budget unspent
+    np.testing.assert_allclose(r4.sigmas, theorem1_sigma(r4.sensitivities, rounds=30, eps=1.0, delta=1e-3))
 
 
 def test_paper_initial_dual_is_refused_under_privacy(cancer):
@@ -356,3 +366,15 @@ def test_paper_initial_dual_is_refused_under_privacy(cancer):
     # without privacy it is the paper's u_0 and the run still converges toward the optimum
     res = run_gradient_admm(problem, rounds=5, rho=1.0, eta=1.0, init_dual="paper", eval_every=5)
     assert np.isfinite(res.history[-1]["objective"])
+
+
+def test_barzilai_borwein_eta_is_the_inverse_secant_curvature():
+    from fdp_flower.algorithms.gradient_admm.update import barzilai_borwein_eta
+
+    h = np.diag([2.0, 0.5])  # a quadratic: dg = H dx, so eta = ||dx||^2 / dx' H dx
+    dx = np.array([1.0, 1.0])
+    assert barzilai_borwein_eta(dx, h @ dx, eta_min=1e-3, eta_max=1e3, previous=1.0) == pytest.approx(2 / 2.5)
+    assert barzilai_borwein_eta(dx, h @ dx, eta_min=1.0, eta_max=1e3, previous=7.0) == 1.0  # kept in range
+    assert barzilai_borwein_eta(dx, -dx, eta_min=1e-3, eta_max=1e3, previous=7.0) == 7.0  # no curvature
+    with pytest.raises(ValueError, match="eta_min"):
+        barzilai_borwein_eta(dx, dx, eta_min=0.0, eta_max=1.0, previous=1.0)

@@ -160,7 +160,7 @@ def test_the_client_refuses_a_round_beyond_T_and_counts_clipped_rows_only_withou
         late = Message(content=pack_requests([SiteRequest(1, rounds + 1, {POINT: np.zeros(dim)})]),
                        dst_node_id=1, message_type="train")
         reply = handle_gradient_admm_train(late, _NodeContext(1, 2), scenario, data)
-        assert reply.has_error() and "Theorem 1 was calibrated for 12 releases" in reply.error.reason
+        assert reply.has_error() and "the noise was calibrated for 12 releases" in reply.error.reason
         ok = Message(content=pack_requests([SiteRequest(c, 1, {POINT: np.zeros(dim)}) for c in (0, 1)]),
                      dst_node_id=1, message_type="train")
         reply = handle_gradient_admm_train(ok, _NodeContext(1, 2), scenario, data)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.algorithms.fdp_admm import plan
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.clients import fdp_admm as client
 from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX
 from tests.test_faults import FakeGrid, run_strategy, task_identity  # noqa: F401  (fixture)

@@ -7,8 +7,8 @@ import pytest
 from dp_accounting import pld, rdp
 
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.privacy.ledger import gaussian_epsilon
 from fdp_flower.privacy.calibration import PLD_DISCRETIZATION
+from fdp_flower.privacy.ledger import gaussian_epsilon
 from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 DELTA = 1e-5

@@ -7,13 +7,12 @@ import pytest
 
 from fdp_flower import cli
 from fdp_flower.algorithms.fdp_admm.config import load_scenario, parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import site_plan
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
 from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
 from fdp_flower.algorithms.p2p.plan import scenario_graph
 from fdp_flower.algorithms.p2p.topology import DisconnectedGraphError
-from fdp_flower.algorithms.fdp_admm.plan import site_plan
-from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
 from fdp_flower.algorithms.protocol import SiteRequest
-from fdp_flower.privacy.mechanisms import run_noise
 from fdp_flower.config.base import ScenarioError
 from fdp_flower.functional import design
 from fdp_flower.functional.fpca import fixed_basis
@@ -25,6 +24,7 @@ from fdp_flower.functional.validation import (
     check_partition,
     check_same_grid,
 )
+from fdp_flower.privacy.mechanisms import run_noise
 
 GRID = np.linspace(0, 1, 11)
 

@@ -83,7 +83,7 @@ def evaluate(problem: NetworkProblem, xs: np.ndarray) -> dict:
 def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, seed: int,
             metrics_every: int = 1, on_round=None, failure_rate: float = 0.0,
             failure_seed: int | None = None, progress=None, accounting_delta: float = 1e-5,
-            quorum: float | None = None, max_primal_norm: float | None = None) -> P2PResult:
+            quorum: float | None = None, max_primal_norm: float | None = None, stop=None) -> P2PResult:
     """Run ``algorithm`` for ``algorithm.rounds`` rounds on ``graph``.
 
     Parameters
@@ -115,6 +115,11 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
         Least fraction of nodes that must release in a round, else the run stops (None: no quorum; default: None).
     max_primal_norm : float or None
         Releases whose primal norm exceeds this are rejected as failures (default: None).
+    stop : callable or None
+        The server's stopping rule ``stop(released, round) -> bool`` on the releases xt^0..xt^round (e.g.
+        :func:`fdp_flower.algorithms.p2p.nonprivate.converged`; :class:`~fdp_flower.algorithms.p2p.protocol.P2PServer`):
+        when it holds the run ends after that round and ``stop_reason`` says why, else ``stop_reason`` is
+        ``cap`` (default: None, every round, ``stop_reason`` ``completed``).
 
     A release that would take a node past its total zCDP budget raises :class:`BudgetExceededError` before any
     noise of that round is drawn.
@@ -126,7 +131,7 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
         raise ValueError(f"metrics_every must be >= 1, got {metrics_every}")
     rounds = algorithm.rounds
     server = P2PServer(algorithm, graph, problem.objective, problem.sample_counts, k, quorum=quorum,
-                       max_primal_norm=max_primal_norm)
+                       max_primal_norm=max_primal_norm, stop=stop)
     data, noise = NodeData.of_problem(problem), run_noise(seed)
     evaluation: dict[int, NodeEvaluation] = {}
     primal = [np.zeros((n, k))]
@@ -173,12 +178,12 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
 
 
 def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | None = None,
-                 metrics_every: int = 1, progress=None) -> P2PResult:
+                 metrics_every: int = 1, progress=None, stop=None) -> P2PResult:
     """Build graph, problem and algorithm of a :class:`fdp_flower.algorithms.p2p.config.P2PScenario` and run it.
 
     The graph and the data come from ``scenario.seed``; repetition r draws its noise with seed
     ``scenario.seed + r``.  Pass ``problem`` to reuse an already built one (same scenario data);
-    ``progress`` as in :func:`run_p2p` (eps at the scenario's delta).  Faults: ``scenario.faults``
+    ``progress`` and ``stop`` as in :func:`run_p2p` (eps at the scenario's delta).  Faults: ``scenario.faults``
     (injected failure rate and seed, quorum, primal bound).
     """
     from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph
@@ -191,7 +196,7 @@ def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | Non
     return run_p2p(problem, graph, algorithm, seed=scenario.seed + repetition, metrics_every=metrics_every,
                    progress=progress, accounting_delta=scenario.privacy.delta, failure_rate=f.failure_rate,
                    failure_seed=f.seed, quorum=f.quorum,
-                   max_primal_norm=f.max_primal_norm)
+                   max_primal_norm=f.max_primal_norm, stop=stop)
 
 
 def summarize(result: P2PResult, delta: float, *, privacy=None) -> dict:

@@ -151,11 +151,15 @@ GradientAlgorithm = tagged_union(DPADMMConfig, DPAccADMMConfig, default="dp_admm
 
 
 class GradientPrivacyConfig(_Frozen):
-    """Theorem 1: one (eps, delta) for the whole run of T rounds, per client."""
+    """One (eps, delta) for the whole run of T rounds, per client (PLD calibration; Theorem 1 with
+    ``paper_constants``)."""
 
     enabled: bool = Field(True, description="false: no noise (ADMM / AccADMM)")
     eps: float = Field(0.5, gt=0, le=1.0e3, description="total eps over the T rounds")
     delta: float = Field(1.0e-3, gt=0, lt=1, description="total delta (the paper: 1e-3)")
+    paper_constants: bool = Field(False, description="calibrate sigma by Theorem 1's fixed-order RDP route (the "
+                                  "paper's, more noise for the same (eps, delta)); false: by the PLD accountant, "
+                                  "so the run spends its budget as the ledger reports it")
 
 
 class GradientADMMScenario(_Frozen):

@@ -168,16 +168,18 @@ def build_problem(scenario, data: ScenarioData | None = None) -> GradientADMMPro
 
 # ---------------------------------------------------------------- calibration and steps
 def scenario_privacy(scenario) -> GradientPrivacy | None:
-    """Theorem 1's parameters of a scenario (None: privacy off)."""
+    """The calibration parameters of a scenario (None: privacy off): its total (eps, delta), mu, the
+    neighbouring relation and ``paper_constants`` (Theorem 1's route instead of the PLD accountant's)."""
     p, alg = scenario.privacy, scenario.algorithm
     if not p.enabled:
         return None
-    return GradientPrivacy(eps=p.eps, delta=p.delta, mu=alg.mu, neighbouring=alg.neighbouring)
+    return GradientPrivacy(eps=p.eps, delta=p.delta, mu=alg.mu, neighbouring=alg.neighbouring,
+                           paper_constants=p.paper_constants)
 
 
 def site_plan(scenario, dim: int) -> SitePlan:
     """A site's public calibration of a scenario whose rows have ``dim`` columns (a site reads K from its own
-    rows): its loss, c = G(c1), K, T and Theorem 1's parameters."""
+    rows): its loss, c = G(c1), K, T and the privacy calibration (:func:`scenario_privacy`)."""
     loss = build_loss(scenario)
     return SitePlan(loss, float(loss.gradient_bound(scenario.model.clip_c1)), int(dim), scenario.algorithm.rounds,
                     scenario_privacy(scenario))

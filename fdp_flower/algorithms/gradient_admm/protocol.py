@@ -4,10 +4,10 @@ Algorithms 2-3; docs/algorithms.md, section 5; the protocol interface: :mod:`fdp
 The server holds the whole run state: x, y, u, the extrapolated xh, uh and theta, the ledger.  Round t:
 
 1. :meth:`GradientADMMServer.begin_round` asks every client for its noisy mean gradient at xh_{t-1}
-   (:mod:`fdp_flower.algorithms.gradient_admm.site`, eq. (5.3)); no round beyond T is planned (Theorem 1
+   (:mod:`fdp_flower.algorithms.gradient_admm.site`, eq. (5.3)); no round beyond T is planned (the calibration
    calibrates for T releases per client);
 2. :meth:`~GradientADMMServer.accept` checks each release (shape, finiteness, the site's count m_i and its
-   calibration against the public plan: Delta_i = 2c/m_i and Theorem 1's sigma_i);
+   calibration against the public plan: Delta_i = 2c/m_i and the run's sigma_i);
 3. :meth:`~GradientADMMServer.end_round` needs every client's release (the aggregate weighs them all), then
    applies the server's step, all post-processing of the released terms (:func:`server_round`):
    grad = sum_i (m_i / n) g~_i, the y-update by soft-thresholding (5.2), the linearized x-update (5.4), the
@@ -63,7 +63,7 @@ class GradientADMMServer(ServerProtocol):
     sizes : sequence of int
         The public m_i of every client (the aggregate's weights m_i / n and the sites' calibration).
     plan : SitePlan
-        The sites' public calibration (loss, c, K = d, T, Theorem 1); every release is checked against it.
+        The sites' public calibration (loss, c, K = d, T, the (eps, delta) calibration); every release is checked against it.
     accelerated, restart : bool
         DP-AccADMM, and its adaptive momentum restart (default: False, False).
     initial_dual : numpy.ndarray or None
@@ -141,7 +141,7 @@ class GradientADMMServer(ServerProtocol):
     def _plan(self, clients=None) -> RoundPlan | None:
         round_ = self.state.round + 1
         if round_ > self.plan.rounds:
-            return None  # Theorem 1 covers T releases per client: no round beyond T
+            return None  # the calibration covers T releases per client: no round beyond T
         self._round_started = time.perf_counter()
         asked = range(self.num_clients) if clients is None else sorted(int(c) for c in clients)
         planned = () if self.privacy is None else tuple(self.planned_release(round_, i) for i in asked)
@@ -170,7 +170,7 @@ class GradientADMMServer(ServerProtocol):
             raise ReleaseRejected(f"client {client}: reported sensitivity {event.sensitivity} != 2c/m_i = "
                                   f"{planned.sensitivity}")
         if not _matches(event.sigma, planned.sigma):
-            raise ReleaseRejected(f"client {client}: noise does not match Theorem 1 (sigma {event.sigma} != "
+            raise ReleaseRejected(f"client {client}: noise does not match the run's calibration (sigma {event.sigma} != "
                                   f"{planned.sigma})")
 
     def _close(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:

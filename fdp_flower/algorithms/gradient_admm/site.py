@@ -9,7 +9,8 @@ names the point xh_{t-1} (its extrapolated iterate) and the site releases its **
     g~_i = (1/m_i) sum_j grad l(xh_{t-1}; a_ij, y_ij) + N(0, sigma_i^2 I),                    (5.3)
 
 with the sensitivity Delta_i = 2c/m_i of the mean (c = G(c1), the loss's per-sample gradient bound) and
-Theorem 1's sigma_i for the run's T releases (:class:`~fdp_flower.algorithms.gradient_admm.update.GradientPrivacy`).
+the run's sigma_i for its T releases (PLD-calibrated, eq. (5.10); Theorem 1 with ``paper_constants``;
+:class:`~fdp_flower.algorithms.gradient_admm.update.GradientPrivacy`).
 Nothing else the server sends enters the release: y, u, rho, eta, gamma and A are the server's
 post-processing (:mod:`fdp_flower.algorithms.gradient_admm.protocol`).  The site checks what its
 privacy depends on before anything is computed or charged: the point is finite and at most
@@ -63,7 +64,7 @@ class SiteData:
 class SitePlan:
     """What a site needs to calibrate its releases, all public: the loss it evaluates, the per-sample
     gradient bound c = G(c1) of that loss on its clipped rows, the dimension K, the number of releases
-    T the calibration covers and Theorem 1's parameters (None: privacy off, no noise)."""
+    T the calibration covers and its privacy parameters (None: privacy off, no noise)."""
 
     loss: object
     gradient_bound: float
@@ -72,12 +73,12 @@ class SitePlan:
     privacy: GradientPrivacy | None
 
     def calibration(self, round_: int, m) -> tuple[np.ndarray, np.ndarray | None]:
-        """(Delta_i, sigma_i) of round ``round_`` for clients of sizes ``m``: Delta_i = 2c/m_i and Theorem 1's
-        sigma_i (None when privacy is off); a round outside 1..T is a ``ValueError`` (Theorem 1 calibrates
+        """(Delta_i, sigma_i) of round ``round_`` for clients of sizes ``m``: Delta_i = 2c/m_i and the run's
+        sigma_i (None when privacy is off); a round outside 1..T is a ``ValueError`` (the noise is calibrated
         for T releases).  The same in every round (one calibration for the whole run); a scalar m's is
         computed once."""
         if not 1 <= round_ <= self.rounds:
-            raise ValueError(f"round {round_} outside [1, {self.rounds}]: Theorem 1 was calibrated for "
+            raise ValueError(f"round {round_} outside [1, {self.rounds}]: the noise was calibrated for "
                              f"{self.rounds} releases")
         if np.ndim(m) == 0:
             known = self.__dict__.setdefault("_by_size", {})  # frozen fields; this memo is not one

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -96,6 +97,20 @@ def x_update(matrix: np.ndarray, x_hat: np.ndarray, gradient: np.ndarray, y: np.
     Xu et al. 2020, closed form of eq. (7), B = -I, c = 0); ``gradient`` is the noisy aggregate."""
     residual = matrix @ x_hat - y + u_hat
     return x_hat - (eta / gamma) * (gradient + rho * (matrix.T @ residual))
+
+
+def barzilai_borwein_eta(dx: np.ndarray, dg: np.ndarray, *, eta_min: float, eta_max: float,
+                         previous: float) -> float:
+    """eta_t = ||dx||^2 / <dx, dg> (Barzilai & Borwein 1988), kept in [eta_min, eta_max]; ``previous`` when
+    <dx, dg> <= 0 (no curvature seen).  dx = xh_{t-1} - xh_{t-2} and dg the change of the aggregated
+    gradient between them: a post-processing of released gradients (no privacy cost).  With privacy off
+    it replaces the fixed eta of eq. (5.4) (docs/algorithms.md, section 5.2; measured, not the default)."""
+    if not 0 < eta_min <= eta_max:
+        raise ValueError(f"need 0 < eta_min <= eta_max, got {eta_min}, {eta_max}")
+    curvature = float(np.dot(dx, dg))
+    if not curvature > 0:
+        return float(previous)
+    return float(min(max(float(np.dot(dx, dx)) / curvature, eta_min), eta_max))
 
 
 def dual_update(matrix: np.ndarray, u_hat: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -170,15 +185,50 @@ def theorem1_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: fl
     return np.asarray(sensitivity, dtype=float) * math.sqrt(alpha * rounds / (2.0 * eps * mu))
 
 
+@lru_cache(maxsize=256)
+def pld_noise_multiplier(*, rounds: int, eps: float, delta: float) -> float:
+    """z = sigma / Delta of T equal Gaussian releases that compose to (eps, delta) under the PLD
+    accountant (dp-accounting), the ledger's headline (docs/algorithms.md, eq. (5.10)).
+
+    T releases of multiplier z compose to one Gaussian of multiplier z / sqrt(T), so
+    :func:`fdp_flower.privacy.calibration.calibrate_noise_multiplier` finds z in closed form and
+    refines it just below the target.  Memoized: a pure function of (T, eps, delta) that every client
+    and the server evaluate each round.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds T must be >= 1, got {rounds}")
+    _check_budget(eps, delta, 0.5)
+    from fdp_flower.privacy.calibration import calibrate_noise_multiplier
+
+    return float(calibrate_noise_multiplier(float(eps), float(delta), (1.0,) * int(rounds)))
+
+
+def release_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: float = 0.5,
+                  paper_constants: bool = False):
+    """sigma of every gradient release of a run of T rounds at a total (eps, delta) per client.
+
+    Default: ``Delta * z`` with z from :func:`pld_noise_multiplier`, so the run spends its whole
+    budget under the PLD accountant (eq. (5.10)); ``paper_constants``: Theorem 1's fixed-order RDP
+    route (:func:`theorem1_sigma`, eq. (5.7)), which meets the same (eps, delta) with more noise
+    (breast cancer, T = 200, eps = 1, delta = 1e-5: PLD eps 0.74 of the 1.0 asked for).
+    """
+    if paper_constants:
+        return theorem1_sigma(sensitivity, rounds=rounds, eps=eps, delta=delta, mu=mu)
+    return np.asarray(sensitivity, dtype=float) * pld_noise_multiplier(rounds=int(rounds), eps=float(eps),
+                                                                      delta=float(delta))
+
+
 @dataclass(frozen=True)
 class GradientPrivacy:
-    """Theorem 1 of Xu et al. (2020): a total (eps, delta) over a run's T releases per client, the split
-    mu and the neighbouring relation the guarantee is stated for."""
+    """A total (eps, delta) over a run's T releases per client, the split mu and the neighbouring relation
+    the guarantee is stated for; sigma calibrated by the PLD accountant, or by Theorem 1 of Xu et al.
+    (2020) with ``paper_constants`` (:func:`release_sigma`)."""
 
     eps: float
     delta: float
     mu: float = 0.5
     neighbouring: Neighbouring = "add_remove"
+    paper_constants: bool = False
 
     @property
     def alpha(self) -> float:
@@ -186,9 +236,11 @@ class GradientPrivacy:
 
     def calibration(self, gradient_bound: float, m, rounds: int):
         """(Delta_i, sigma_i) of a client of size ``m`` (or an array of sizes) in a run of ``rounds`` releases:
-        Delta_i = 2c/m_i (:func:`gradient_sensitivity`) and Theorem 1's sigma_i (:func:`theorem1_sigma`)."""
+        Delta_i = 2c/m_i (:func:`gradient_sensitivity`) and sigma_i = Delta_i z (:func:`release_sigma`: z by
+        the PLD accountant, eq. (5.10), or Theorem 1's eq. (5.7) with ``paper_constants``)."""
         sensitivity = gradient_sensitivity(gradient_bound, m, self.neighbouring)
-        return sensitivity, theorem1_sigma(sensitivity, rounds=rounds, eps=self.eps, delta=self.delta, mu=self.mu)
+        return sensitivity, release_sigma(sensitivity, rounds=rounds, eps=self.eps, delta=self.delta, mu=self.mu,
+                                          paper_constants=self.paper_constants)
 
 
 def _check_budget(eps: float, delta: float, mu: float) -> None:

@@ -322,7 +322,9 @@ class ZcdpNflConfig(_Frozen):
 
 class DpNflConfig(_Frozen):
     """DP-NFL baseline (Gauthier et al. 2023): zCDP-NFL's updates, each round calibrated by the classic (eps, delta)
-    rule (total mode: (eps/T, delta/T) per round by basic composition)."""
+    rule.  Total mode: the paper's (eps/T, delta/T) per round by basic composition with ``privacy.paper_constants:
+    true`` (it spends under a tenth of the budget by PLD); otherwise the PLD calibration of every peer-to-peer kind,
+    which makes its noise that of zCDP-NFL with a constant budget."""
 
     kind: Literal["dp_nfl"] = "dp_nfl"
     rho: float = Field(0.1, **_RHO)

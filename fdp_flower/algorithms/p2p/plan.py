@@ -199,7 +199,8 @@ def _schedule(step) -> StepSchedule:
 
 def noise_plan(cfg, privacy) -> NoisePlan:
     """The noise plan of an algorithm config and the privacy section (docs/p2p.md, "Privacy"): none, DP-NFL's classic
-    rule, or the zCDP schedule (``algorithm.budget`` / ``algorithm.decay``) scaled to the total (eps, delta) by the PLD
+    rule (per round; a total by PLD like every kind, the paper's basic composition with ``paper_constants``), or the
+    zCDP schedule (``algorithm.budget`` / ``algorithm.decay``) scaled to the total (eps, delta) by the PLD
     accountant (``paper_constants``: the papers' Bun-Steinke conversion) or from a per-round (eps, delta)."""
     from fdp_flower.algorithms.p2p.config import check_privacy_section
 
@@ -209,8 +210,12 @@ def noise_plan(cfg, privacy) -> NoisePlan:
         return NoisePlan()
     total = privacy.mode == "total"
     if cfg.kind == "dp_nfl":
-        return (NoisePlan.classic_total(rounds, privacy.eps, privacy.delta) if total
-                else NoisePlan.classic_per_step(privacy.eps, privacy.delta))
+        if not total:
+            return NoisePlan.classic_per_step(privacy.eps, privacy.delta)
+        if privacy.paper_constants:  # the paper's baseline: (eps/T, delta/T) per round, basic composition
+            return NoisePlan.classic_total(rounds, privacy.eps, privacy.delta)
+        # spend the total as the ledger reports it: the PLD calibration of every kind (constant shape)
+        return NoisePlan.pld_total(_budget.constant_multipliers(rounds), privacy.eps, privacy.delta)
     if cfg.kind in ("pr_admm", "p_admm"):
         d = cfg.decay
         mult = (_budget.periodic_multipliers(rounds, d.decay, d.period) if d.kind == "periodic"

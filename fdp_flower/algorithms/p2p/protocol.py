@@ -21,12 +21,14 @@ and, for PR-ADMM, its link statistics S_ij and the threshold -- all post-process
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from fdp_flower.algorithms.p2p.grad_nfl import grad_nfl_step_from_term, metropolis_row
+from fdp_flower.algorithms.p2p.nonprivate import converged
+from fdp_flower.algorithms.p2p.nonprivate import stop_reason as converged_reason
 from fdp_flower.algorithms.p2p.p_admm import p_admm_step_from_term
 from fdp_flower.algorithms.p2p.plan import P2PAlgorithm
 from fdp_flower.algorithms.p2p.pr_admm import (
@@ -178,6 +180,12 @@ class P2PServer(ServerProtocol):
         A release whose primal has a larger norm is rejected (default: None).
     on_round : callable, optional
         ``f(server)`` after every closed round (default: None).
+    stop : callable, optional
+        A stopping rule ``f(released_history, round) -> bool`` on the public releases xt^0..xt^round, asked
+        before each round is planned (e.g. :func:`fdp_flower.algorithms.p2p.nonprivate.converged`, eq. (3.13)):
+        when it holds the run ends with its ``stop_reason``; a run it never stops ends at the cap with
+        ``stop_reason`` ``cap`` (default: None, every round, ``completed``).  Post-processing of releases:
+        no privacy cost.
     """
 
     family = "p2p"
@@ -185,7 +193,8 @@ class P2PServer(ServerProtocol):
     def __init__(self, algorithm: P2PAlgorithm, graph, objective, sizes, dim: int, *,
                  evaluator: Callable[[int, np.ndarray], dict] | None = None, quorum: float | None = None,
                  max_primal_norm: float | None = None,
-                 on_round: Callable[["P2PServer"], None] | None = None) -> None:
+                 on_round: Callable[["P2PServer"], None] | None = None,
+                 stop: Callable[[Sequence[np.ndarray], int], bool] | None = None) -> None:
         super().__init__(graph.num_nodes, quorum=quorum, on_round=on_round)
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
@@ -196,6 +205,7 @@ class P2PServer(ServerProtocol):
         self.plan: SitePlan = site_plan(algorithm, objective, graph, dim)
         self.evaluator = evaluator
         self.max_primal_norm = max_primal_norm
+        self.stop = stop
         self.state = P2PState.initial(graph, self.dim)
         self.released_history: list[np.ndarray] = [self.state.released]
         self.dual_history: list[np.ndarray] = [self.state.duals]
@@ -229,7 +239,13 @@ class P2PServer(ServerProtocol):
     # ------------------------------------------------------------------ the state machine
     def _plan(self, clients=None) -> RoundPlan | None:
         round_ = self.state.round + 1
+        if self.stop is not None and self.state.round > 0 and self.stop(self.released_history, self.state.round):
+            self.stop_reason = (converged_reason(self.state.round) if self.stop is converged
+                                else f"stopped: the stopping rule held after round {self.state.round}")
+            return None
         if round_ > self.algorithm.rounds:
+            if self.stop is not None:
+                self.stop_reason = "cap"
             return None
         asked = range(self.num_clients) if clients is None else sorted(int(c) for c in clients)
         planned = tuple(r for r in (self.planned_release(round_, i) for i in asked) if r is not None)
@@ -288,7 +304,7 @@ class P2PServer(ServerProtocol):
         return row
 
 
-def scenario_server(scenario, problem=None, *, evaluator=None, on_round=None) -> P2PServer:
+def scenario_server(scenario, problem=None, *, evaluator=None, on_round=None, stop=None) -> P2PServer:
     """The :class:`P2PServer` of a scenario (its graph, algorithm, the nodes' public m_i; ``problem``: one already
     built from the scenario) with the scenario's quorum and primal bound."""
     from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph
@@ -298,4 +314,4 @@ def scenario_server(scenario, problem=None, *, evaluator=None, on_round=None) ->
     algorithm = build_algorithm(scenario.algorithm, scenario.privacy, problem)
     return P2PServer(algorithm, graph, problem.objective, problem.sample_counts, problem.dim, evaluator=evaluator,
                      quorum=scenario.faults.quorum, max_primal_norm=scenario.faults.max_primal_norm,
-                     on_round=on_round)
+                     on_round=on_round, stop=stop)
