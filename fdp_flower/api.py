@@ -400,6 +400,19 @@ def tabular_inputs(features, y) -> tuple[np.ndarray, np.ndarray]:
     return _finite("X", x), _finite("y", r)
 
 
+def _tabular_section(directory: Path | None, x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]):
+    """The ``data`` section of the clients' rows and the rows themselves: ``in_memory`` (the scenario names their
+    digest; the rows reach the engine as arrays) without a ``data_dir``, else ``arrays`` (one file per client,
+    written there, as a Flower run reads them)."""
+    from fdp_flower.data.tabular import rows_digest
+
+    rows = [(x[r], y[r]) for r in parts]
+    if directory is None:
+        return {"kind": "in_memory", "digest": rows_digest(rows)}, rows
+    paths, digests = _write_tabular(directory, x, y, parts)
+    return {"kind": "arrays", "paths": paths, "digests": digests}, None
+
+
 def _write_tabular(directory: Path, x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> tuple[list[str], list[str]]:
     from fdp_flower.data.tabular import write_arrays_file
     from fdp_flower.functional.node_files import file_digest
@@ -492,7 +505,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed)
     if len(parts) < 2:
         raise InputError("n_nodes: a peer-to-peer graph needs at least 2 nodes")
-    with _client_directory(data_dir) as directory:
+    with _client_directory(data_dir, needed=False) as directory:
         alg: dict[str, Any] = {"kind": algorithm}
         stop, location = None, 0.0
         if eps is None and algorithm in ADMM_KINDS:  # privacy off: eqs. (3.11)-(3.13)
@@ -500,13 +513,13 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
             stop = converged
             if intercept and loss != "logistic":  # the unpenalized intercept absorbs a shift of y (exactly)
                 location = float(np.median(r))
-        paths, digests = _write_tabular(directory, x, r - location, parts)
+        data_section, rows = _tabular_section(directory, x, r - location, parts)
         if rounds is not None:
             alg["rounds"] = rounds
         data = {
             "name": name, "seed": seed, "federation": {"num_clients": len(parts)},
             "topology": _topology(graph, degree),
-            "data": {"kind": "arrays", "paths": paths, "digests": digests},
+            "data": data_section,
             "model": {"loss": {"kind": loss, "tau": tau, "residual_bound": residual_bound},
                       "penalty": {"kind": penalty, "lam": lam}, "clip_c1": clip, "intercept": intercept,
                       "intercept_share": intercept_share},
@@ -515,7 +528,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
-        problem = build_problem(scenario, with_reference=reference)
+        problem = build_problem(scenario, with_reference=reference, rows=rows)
         result = run_scenario(scenario, problem=problem, stop=stop)
         if location:
             _uncentre(result, problem, location, intercept_share * clip)
@@ -606,16 +619,15 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
     x, r = tabular_inputs(X, y)
     _check_labels(loss, r)
     parts, _ = client_partition(len(r), n_clients=n_clients, client_ids=client_ids, seed=seed)
-    with _client_directory(data_dir) as directory:
-        paths, digests = _write_tabular(directory, x, r, parts)
+    with _client_directory(data_dir, needed=False) as directory:
+        data_section, rows = _tabular_section(directory, x, r, parts)
         alg: dict[str, Any] = {"kind": algorithm, "neighbouring": neighbouring}
         alg.update({k: v for k, v in (("rounds", rounds), ("rho", rho), ("eta", eta)) if v is not None})
         privacy = ({"enabled": False, "delta": delta} if eps is None
                    else {"enabled": True, "eps": eps, "delta": delta})
         data = {
             "name": name, "seed": seed,
-            "data": {"kind": "arrays", "paths": paths, "digests": digests, "intercept": intercept,
-                     "intercept_share": intercept_share},
+            "data": {**data_section, "intercept": intercept, "intercept_share": intercept_share},
             "federation": {"num_clients": len(parts)},
             "model": {"loss": {"kind": loss, "tau": tau}, "penalty": {"kind": "l1", "lam": lam},
                       "constraint": {"kind": constraint},
@@ -624,7 +636,7 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(lambda d, s: validate_mapping(GradientADMMScenario, d, s), data, "fit_gradient()")
-        result, _problem, _ref = run_scenario(scenario, with_reference=reference)
+        result, _problem, _ref = run_scenario(scenario, with_reference=reference, rows=rows)
         if out is not None:
             _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x})
     report = PrivacyReport.from_ledger(result.ledger, delta=delta, mode="total" if eps is not None else None,

@@ -53,7 +53,7 @@ def test_a_source_is_deterministic_and_its_partitions_cover_the_training_rows():
 def test_an_unknown_kind_is_one_line():
     with pytest.raises(ValueError, match="tabular data source 'parquet' is not supported; known: adult_a9a"):
         tabular_source(SimpleNamespace(kind="parquet"), seed=0, num_clients=2)
-    assert set(SOURCES) == {"adult_a9a", "breast_cancer", "arrays", "adult_nodes", "breast_cancer_nodes"}
+    assert set(SOURCES) == {"adult_a9a", "breast_cancer", "arrays", "in_memory", "adult_nodes", "breast_cancer_nodes"}
 
 
 @pytest.mark.parametrize("intercept", [False, True])
@@ -119,3 +119,58 @@ def test_adult_nodes_and_adult_a9a_share_one_loader_and_adult_nodes_is_the_peer_
     a9a = AdultA9ASource(SimpleNamespace(kind="adult_a9a", path=None, normalise=True, train_subsample=None), 2, 4)
     assert a9a.load(0)[0].shape[1] == 123 and nodes.load(0)[0].shape[1] == 124  # + the intercept column
     assert a9a.partition_sizes().sum() == 32561 and list(nodes.partition_sizes()) == [300] * 4
+
+
+def test_fit_p2p_and_fit_gradient_write_nothing_and_match_their_files(tmp_path, monkeypatch):
+    """The rows of fit_p2p / fit_gradient reach the engine in memory (data kind in_memory: no file opened for
+    writing, no temporary directory); with data_dir the same fits run from one file per client and give the same
+    estimates bit for bit."""
+    import builtins
+    import tempfile
+
+    import fdp_flower
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((120, 4))
+    y = x @ np.array([1.0, -0.5, 0.0, 0.25]) + rng.standard_t(3, 120)
+    labels = np.where(x[:, 0] + 0.3 * rng.standard_normal(120) > 0, 1.0, -1.0)
+    fits = {
+        "p2p": lambda **kw: fdp_flower.fit_p2p(x, y, n_nodes=4, rounds=15, eps=1.0, **kw),
+        "gradient": lambda **kw: fdp_flower.fit_gradient(x, labels, n_clients=3, rounds=15, eps=1.0,
+                                                         loss="logistic", **kw),
+    }
+    opened = []
+    real_open = builtins.open
+
+    def watch(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+"):
+            opened.append(str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    for name, fit in fits.items():
+        monkeypatch.setattr(builtins, "open", watch)
+        monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: pytest.fail("a temporary directory was made"))
+        memory = fit()
+        monkeypatch.undo()
+        assert opened == [], name
+        assert memory.scenario.data.kind == "in_memory"
+        files = fit(data_dir=tmp_path / name)
+        assert files.scenario.data.kind == "arrays" and len(list((tmp_path / name).glob("*.npz"))) >= 3
+        np.testing.assert_array_equal(memory.coefficients, files.coefficients)
+
+
+def test_an_in_memory_scenario_without_its_rows_is_one_line():
+    from fdp_flower.algorithms.gradient_admm.plan import data_source
+    from fdp_flower.algorithms.p2p.plan import build_problem
+
+    import fdp_flower
+
+    x, y = np.random.default_rng(0).standard_normal((40, 2)), np.random.default_rng(1).standard_normal(40)
+    grad = fdp_flower.fit_gradient(x, np.sign(y), n_clients=2, rounds=2, eps=None, loss="logistic", reference=False)
+    with pytest.raises(ValueError, match="exist only in the process that fit them"):
+        data_source(grad.scenario)
+    p2p = fdp_flower.fit_p2p(x, y, n_nodes=2, rounds=2, eps=None, reference=False)
+    with pytest.raises(ValueError, match="exist only in the process that fit them"):
+        build_problem(p2p.scenario)
+    with pytest.raises(ValueError, match="do not match the scenario's data.digest"):
+        build_problem(p2p.scenario, rows=[(x[:20], y[:20] + 1), (x[20:], y[20:])])

@@ -197,6 +197,35 @@ class ArraysSource(_TabularSource):
         return a, y
 
 
+@dataclass(frozen=True)
+class InMemoryRowsSource(ArraysSource):
+    """Rows a caller holds in memory (:func:`fdp_flower.fit_gradient`, :func:`fdp_flower.fit_p2p`): ``parts``, one
+    (features, response) per client, checked against the scenario's ``data.digest``
+    (:func:`fdp_flower.data.tabular.rows_digest`); never written anywhere."""
+
+    parts: tuple | None = None
+
+    kind: ClassVar[str] = "in_memory"
+
+    def __post_init__(self):
+        from fdp_flower.data.tabular import rows_digest
+
+        if self.parts is None:
+            raise ValueError("data kind 'in_memory' names rows that exist only in the process that fit them "
+                             "(fdp_flower.fit_gradient / fit_p2p); run it there, or write one file per client "
+                             "(data kind 'arrays', the data_dir argument)")
+        if len(self.parts) != self.num_clients:
+            raise ValueError(f"in-memory rows for {len(self.parts)} clients, the scenario has {self.num_clients}")
+        if rows_digest(self.parts) != self.config.digest:
+            raise ValueError("the in-memory rows do not match the scenario's data.digest")
+
+    def _parts(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.asarray(a, dtype=float), np.asarray(y, dtype=float)) for a, y in self.parts]
+
+    def load(self, partition: int) -> tuple[np.ndarray, np.ndarray]:
+        return _TabularSource.load(self, partition)
+
+
 def fixed_size_split(features: np.ndarray, labels: np.ndarray, num_clients: int, samples_per_client: int,
                      test_samples: int, rng: np.random.Generator):
     """``num_clients`` parts of exactly ``samples_per_client`` rows and ``test_samples`` test rows, drawn from
@@ -256,20 +285,23 @@ class BreastCancerNodesSource(_TabularSource):
 #: tabular data-source kind -> its class (the schema's ``data.kind``; ``adult_nodes`` and
 #: ``breast_cancer_nodes`` are the peer-to-peer family's kinds)
 SOURCES: dict[str, type[_TabularSource]] = {cls.kind: cls for cls in (
-    AdultA9ASource, BreastCancerSource, ArraysSource, AdultNodesSource, BreastCancerNodesSource)}
+    AdultA9ASource, BreastCancerSource, ArraysSource, InMemoryRowsSource, AdultNodesSource, BreastCancerNodesSource)}
 
 
-def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0) -> _TabularSource:
+def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0, rows=None) -> _TabularSource:
     """The source of a scenario's tabular ``data`` section (``clip_c1``: the model's c1, used by sources
-    that add a public intercept column)."""
+    that add a public intercept column; ``rows``: the clients' (features, response) of an ``in_memory``
+    section)."""
     try:
         cls = SOURCES[config.kind]
     except KeyError:
         raise ValueError(f"tabular data source {config.kind!r} is not supported; known: {', '.join(SOURCES)}") from None
+    if cls is InMemoryRowsSource:
+        return InMemoryRowsSource(config, seed, num_clients, clip_c1, None if rows is None else tuple(rows))
     if cls is ArraysSource:
         return ArraysSource(config, seed, num_clients, clip_c1)
     return cls(config, seed, num_clients)
 
 
 __all__ = ["SOURCES", "AdultA9ASource", "AdultNodesSource", "ArraysSource", "BreastCancerNodesSource",
-           "BreastCancerSource", "PartitionedRows", "data_rng", "fixed_size_split", "split_clients", "tabular_source"]
+           "BreastCancerSource", "InMemoryRowsSource", "PartitionedRows", "data_rng", "fixed_size_split", "split_clients", "tabular_source"]

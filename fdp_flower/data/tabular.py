@@ -301,6 +301,20 @@ def train_test_split_binary(x: np.ndarray, y: np.ndarray, *, test_fraction: floa
 
 
 # ---------------------------------------------------------------- per-client array files
+def rows_digest(parts) -> str:
+    """``sha256:<hex>`` of the clients' (features, response) pairs, in client order: what a scenario of rows held
+    in memory (data kind ``in_memory``) names instead of the values."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for features, response in parts:
+        for values in (features, response):
+            values = np.ascontiguousarray(values, dtype=float)
+            h.update(f"{values.shape}".encode())
+            h.update(values.tobytes())
+    return "sha256:" + h.hexdigest()
+
+
 def write_arrays_file(path: str | Path, features: np.ndarray, response: np.ndarray) -> Path:
     """One client's tabular rows as an ``.npz`` with arrays ``features`` (m, K) and ``response`` (m,)."""
     path = Path(path)

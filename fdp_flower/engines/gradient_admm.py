@@ -104,9 +104,13 @@ def run_gradient_admm(problem: GradientADMMProblem, *, rounds: int, rho: float, 
 
 
 def run_scenario(scenario, *, with_reference: bool = True, eval_every: int = 1,
-                 keep_iterates: bool = False) -> tuple[GradientADMMResult, GradientADMMProblem, float | None]:
-    """Run a scenario in process; returns (result, problem, reference objective or None)."""
-    problem, evaluator = simulation_setup(scenario, with_reference=with_reference)
+                 keep_iterates: bool = False, rows=None) -> tuple[GradientADMMResult, GradientADMMProblem, float | None]:
+    """Run a scenario in process; returns (result, problem, reference objective or None).  ``rows``: the clients'
+    (features, response) of an ``in_memory`` data section."""
+    from fdp_flower.algorithms.gradient_admm.plan import load_scenario_data
+
+    data = None if rows is None else load_scenario_data(scenario, rows)
+    problem, evaluator = simulation_setup(scenario, with_reference=with_reference, data=data)
     alg = scenario.algorithm
     res = run_gradient_admm(problem, rounds=alg.rounds, rho=alg.rho, eta=alg.eta, gamma=alg.gamma,
                             accelerated=alg.kind == "dp_acc_admm", restart=getattr(alg, "restart", False),

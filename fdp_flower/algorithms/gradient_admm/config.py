@@ -72,7 +72,21 @@ class ArraysData(_Frozen):
         return self
 
 
-TabularDataSource = tagged_union(AdultA9AData, BreastCancerData, ArraysData, default="adult_a9a")
+class InMemoryRowsData(_Frozen):
+    """Tabular rows a caller holds in memory (:func:`fdp_flower.fit_gradient`), passed to the in-process engine as
+    arrays: nothing is written to disk.  The scenario names only their SHA-256 digest
+    (:func:`fdp_flower.data.tabular.rows_digest`), so it runs in the process that holds them (Flower runs read
+    one file per client: data kind ``arrays``)."""
+
+    kind: Literal["in_memory"] = "in_memory"
+    digest: str = Field(min_length=1, max_length=100, description="SHA-256 of the clients' features and responses")
+    intercept: bool = Field(False, description="prepend the public column c0 = intercept_share c1 to every row "
+                            "(features clipped to the room left, G unchanged; outside A x)")
+    intercept_share: float = Field(0.5, gt=0, lt=1, description="c0 / c1 of the intercept column")
+    test_path: None = Field(None, description="no held-out rows")
+
+
+TabularDataSource = tagged_union(AdultA9AData, BreastCancerData, ArraysData, InMemoryRowsData, default="adult_a9a")
 
 
 # ---------------------------------------------------------------- constraint matrix A

@@ -27,10 +27,11 @@ from fdp_flower.data.sources import tabular_source
 
 
 # ---------------------------------------------------------------- data
-def data_source(scenario):
-    """The :mod:`fdp_flower.data.sources` source of the scenario's ``data`` section."""
+def data_source(scenario, rows=None):
+    """The :mod:`fdp_flower.data.sources` source of the scenario's ``data`` section (``rows``: the clients' rows of
+    an ``in_memory`` section)."""
     return tabular_source(scenario.data, seed=scenario.seed, num_clients=scenario.federation.num_clients,
-                          clip_c1=scenario.model.clip_c1)
+                          clip_c1=scenario.model.clip_c1, rows=rows)
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,13 @@ class ScenarioData:
     matrix: np.ndarray
 
 
-def load_scenario_data(scenario) -> ScenarioData:
+def load_scenario_data(scenario, rows=None) -> ScenarioData:
     """Every client's rows of the scenario's data source (split seeded by ``scenario.seed``) and A.
 
     A = [W; I] is estimated on the pooled training rows (non-private, as in Xu et al. (2020)); columns
     outside the penalty (a public intercept, ``data.intercept``) get zero columns in A.
     """
-    source = data_source(scenario)
+    source = data_source(scenario, rows)
     split = source.split
     matrix = constraint_matrix(scenario, source.penalty_rows())
     if source.unpenalized:

@@ -212,8 +212,18 @@ class P2PArraysData(_Frozen):
         return self
 
 
+class P2PInMemoryData(_Frozen):
+    """Tabular rows a caller holds in memory (:func:`fdp_flower.fit_p2p`), passed to the in-process engine as
+    arrays: nothing is written to disk.  The scenario names only their SHA-256 digest
+    (:func:`fdp_flower.data.tabular.rows_digest`), so it runs in the process that holds them (a Flower relay run
+    reads one file per node: data kind ``arrays``)."""
+
+    kind: Literal["in_memory"] = "in_memory"
+    digest: str = Field(min_length=1, max_length=100, description="SHA-256 of the nodes' features and responses")
+
+
 P2PDataSource = tagged_union(SyntheticRegressionData, P2PAdultData, P2PBreastCancerData, P2PArraysData,
-                             default="synthetic_regression")
+                             P2PInMemoryData, default="synthetic_regression")
 
 
 # ---------------------------------------------------------------- model (the shared loss and penalty sections)
@@ -454,7 +464,9 @@ class P2PScenario(_Frozen):
             raise ValueError("decentralized_admm is the non-private baseline; set privacy.enabled: false")
         check_privacy_section(self.privacy)
         m = self.model
-        if self.data.kind == "arrays":
+        if self.data.kind == "in_memory":
+            pass  # the rows' count is checked against the graph when they are handed over
+        elif self.data.kind == "arrays":
             if len(self.data.paths) != n:
                 raise ValueError(f"data.paths names {len(self.data.paths)} files for {n} nodes "
                                  f"(federation.num_clients)")

@@ -163,9 +163,10 @@ def model_objects(model):
     return loss, penalty, float(pc.lam)
 
 
-def build_problem(scenario, *, with_reference: bool = True):
+def build_problem(scenario, *, with_reference: bool = True, rows=None):
     """The :class:`fdp_flower.algorithms.p2p.problems.NetworkProblem` of a scenario: ``federation.num_clients``
-    nodes' rows (data stream of the seed) and the objective of its ``model`` section."""
+    nodes' rows (data stream of the seed; ``rows``: every node's (features, response) of an ``in_memory``
+    section, checked against its digest) and the objective of its ``model`` section."""
     from fdp_flower.algorithms.p2p import problems as p
 
     data, model = scenario.data, scenario.model
@@ -177,6 +178,18 @@ def build_problem(scenario, *, with_reference: bool = True):
         return p.synthetic_problem(data.problem, num_nodes=num_nodes, samples_per_node=data.samples_per_node,
                                    dim=data.dim, noise=data.noise, c1=c1, heterogeneity=data.heterogeneity, rng=rng,
                                    loss=loss, penalty=penalty, lam=lam, with_reference=with_reference)
+    if data.kind == "in_memory":
+        from fdp_flower.data.tabular import rows_digest
+
+        if rows is None:
+            raise ValueError("data kind 'in_memory' names rows that exist only in the process that fit them "
+                             "(fdp_flower.fit_p2p); run it there, or write one file per node (data kind 'arrays')")
+        if len(rows) != num_nodes:
+            raise ValueError(f"in-memory rows for {len(rows)} nodes, the graph has {num_nodes}")
+        if rows_digest(rows) != data.digest:
+            raise ValueError("the in-memory rows do not match the scenario's data.digest")
+        return p.rows_problem(rows, loss=loss, penalty=penalty, lam=lam, c1=c1, intercept=model.intercept,
+                              intercept_share=model.intercept_share, with_reference=with_reference)
     if data.kind == "arrays":
         if len(data.paths) != num_nodes:
             raise ValueError(f"data.paths names {len(data.paths)} files for a graph of {num_nodes} nodes")

@@ -297,19 +297,30 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
 def arrays_problem(paths, digests=None, *, loss, penalty: Penalty, lam: float, c1: float, intercept: bool = False,
                    intercept_share: float = 0.5, with_reference: bool = True) -> NetworkProblem:
     """The problem of a ``data.kind: arrays`` section (:class:`fdp_flower.algorithms.p2p.config.P2PArraysData`):
-    node i's rows from ``paths[i]`` (checked against ``digests[i]``), with the intercept column of
-    :func:`fdp_flower.core.clipping.intercept_design` when ``intercept`` is set, clipped to ||a|| <= c1."""
-    from fdp_flower.core.clipping import intercept_design
+    node i's rows from ``paths[i]`` (checked against ``digests[i]``), then :func:`rows_problem`."""
     from fdp_flower.data.tabular import read_arrays_file
 
+    parts = [read_arrays_file(path, None if digests is None else digests[i]) for i, path in enumerate(paths)]
+    return rows_problem(parts, loss=loss, penalty=penalty, lam=lam, c1=c1, intercept=intercept,
+                        intercept_share=intercept_share, with_reference=with_reference, names=[str(p) for p in paths])
+
+
+def rows_problem(parts, *, loss, penalty: Penalty, lam: float, c1: float, intercept: bool = False,
+                 intercept_share: float = 0.5, with_reference: bool = True, names=None) -> NetworkProblem:
+    """The problem of every node's (features, response) in ``parts`` (a ``data.kind: arrays`` or ``in_memory``
+    section), with the intercept column of :func:`fdp_flower.core.clipping.intercept_design` when ``intercept``
+    is set, clipped to ||a|| <= c1; ``names``: how errors name node i's rows (default ``node i``)."""
+    from fdp_flower.core.clipping import intercept_design
+
     feats, resps, n_clip = [], [], 0
-    for i, path in enumerate(paths):
-        a, y = read_arrays_file(path, None if digests is None else digests[i])
+    for i, (a, y) in enumerate(parts):
+        name = f"node {i}" if names is None else names[i]
+        a, y = np.asarray(a, dtype=float), np.asarray(y, dtype=float)
         if feats and a.shape[1] != feats[0].shape[1] - int(intercept):
-            raise ValueError(f"{path}: {a.shape[1]} features, the first node's file has "
+            raise ValueError(f"{name}: {a.shape[1]} features, the first node's rows have "
                              f"{feats[0].shape[1] - int(intercept)}")
         if isinstance(loss, LogisticLoss) and not np.all(np.isin(y, (-1.0, 1.0))):
-            raise ValueError(f"{path}: the logistic loss needs labels in {{-1, +1}}")
+            raise ValueError(f"{name}: the logistic loss needs labels in {{-1, +1}}")
         a, c = intercept_design(a, c1, intercept_share) if intercept else clip_rows(a, c1)
         n_clip += c
         feats.append(a)
