@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from fdp_flower.config.base import ScenarioError
+from fdp_flower.functional.validation import DataValidationError, fdata_values, is_fdatabasis
 from fdp_flower.outputs.models import (
     FunctionalModel,
     PrivacyReport,
@@ -78,6 +79,8 @@ def _finite(name: str, values: np.ndarray) -> np.ndarray:
 
 
 def _as_float(name: str, values) -> np.ndarray:
+    if np.iscomplexobj(values):
+        raise InputError(f"{name}: complex values are not accepted (give the real curves)")
     try:
         return np.asarray(values, dtype=float)
     except (TypeError, ValueError):
@@ -101,6 +104,15 @@ def curve_inputs(curves, y=None, *, grid=None, response: str = "response", clien
         if grid is not None and not (np.shape(grid) == own.shape and np.allclose(grid, own, rtol=1e-9, atol=0)):
             raise InputError("grid: differs from the FDataGrid's grid_points (leave grid out)")
         values, grid = np.asarray(curves.data_matrix[..., 0], dtype=float), own
+    elif is_fdatabasis(curves):  # a basis expansion: evaluated exactly on `grid` (default: 100 points)
+        if grid is not None:
+            grid = _as_float("grid", grid)
+            if grid.ndim != 1 or grid.size < 3 or not np.all(np.isfinite(grid)) or np.any(np.diff(grid) <= 0):
+                raise InputError("grid: needs >= 3 finite, strictly increasing points")
+        try:
+            values, grid = fdata_values(curves, grid, "curves")
+        except DataValidationError as exc:
+            raise InputError(str(exc)) from None
     elif _is_dataframe(curves):
         frame = curves
         columns = list(frame.columns)
@@ -134,6 +146,8 @@ def curve_inputs(curves, y=None, *, grid=None, response: str = "response", clien
         raise InputError("grid: needs >= 3 finite, strictly increasing points")
     if values.shape[1] != grid.size:
         raise InputError(f"curves have {values.shape[1]} points per curve but the grid has {grid.size}")
+    if values.shape[0] < 1:
+        raise InputError("curves: no rows")
     if y is None:
         raise InputError("y: the responses are missing")
     y = _as_float("y", y)
@@ -183,6 +197,23 @@ def _client_directory(data_dir):
         return
     with tempfile.TemporaryDirectory(prefix="fdp-flower-") as tmp:
         yield Path(tmp)
+
+
+def check_run_arguments(*, eps, seed, out) -> None:
+    """One-line errors for the arguments every fit reads before its scenario is built: ``eps`` (a number > 0
+    or None), ``seed`` (an integer >= 0) and ``out`` (a writable directory, checked before any work)."""
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating))
+                            or not math.isfinite(eps) or eps <= 0):
+        raise InputError(f"eps: expected a finite number > 0 (or None for no privacy), got {eps!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed: expected an integer >= 0, got {seed!r}")
+    if out is not None:
+        from fdp_flower.outputs.results import OutputError, check_output_dir
+
+        try:
+            check_output_dir(out)
+        except OutputError as exc:
+            raise InputError(f"out: {exc}") from None
 
 
 def _privacy_section(eps, delta: float, privacy: str, noise_source: str) -> dict[str, Any]:
@@ -330,6 +361,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     from fdp_flower.functional.node_files import file_digest, write_node_file
     from fdp_flower.outputs.results import write_results
 
+    check_run_arguments(eps=eps, seed=seed, out=out)
     values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
                                                          client_column=client_column)
     if labels is not None and client_ids is not None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from fdp_flower.functional import design
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.functional.validation import fdata_values, is_fdatabasis, is_fdatagrid
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 
 NEIGHBOURING_TEXT = {"replace_one": "replace-one", "add_remove": "add/remove-one"}
@@ -111,25 +112,25 @@ def _scenario_privacy(scenario) -> tuple[float, str | None, float | None]:
 
 # ---------------------------------------------------------------- functional model
 def _grid_values(curves, grid: np.ndarray, what: str) -> np.ndarray:
-    """(n, G) values of ``curves`` on ``grid``: a 2-d array on that grid, or an FDataGrid (evaluated there)."""
-    if hasattr(curves, "data_matrix") and hasattr(curves, "grid_points"):
-        if curves.dim_domain != 1 or curves.dim_codomain != 1:
-            raise ValueError(f"{what}: an FDataGrid of scalar curves on an interval is needed "
-                             f"(got domain dimension {curves.dim_domain}, codomain {curves.dim_codomain})")
-        own = np.asarray(curves.grid_points[0], dtype=float)
-        if own.shape == grid.shape and np.allclose(own, grid, rtol=1e-9, atol=0):
-            return np.asarray(curves.data_matrix[..., 0], dtype=float)
-        lo, hi = curves.domain_range[0]
-        if grid[0] < lo - 1e-12 or grid[-1] > hi + 1e-12:
-            raise ValueError(f"{what}: the curves' domain [{lo:g}, {hi:g}] does not cover the model's grid "
-                             f"[{grid[0]:g}, {grid[-1]:g}]")
-        return np.asarray(curves(grid)[..., 0], dtype=float)  # the FDataGrid's own interpolation
-    values = np.asarray(curves, dtype=float)
+    """(n, G) values of ``curves`` on ``grid``: a 2-d array (or DataFrame) on that grid, an FDataGrid
+    (evaluated there by its own interpolation when its grid differs) or an FDataBasis (evaluated there)."""
+    if is_fdatagrid(curves) or is_fdatabasis(curves):
+        values = fdata_values(curves, grid, what)[0]
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{what}: the curves contain NaN or infinite values")
+        return values
+    if np.iscomplexobj(curves):
+        raise ValueError(f"{what}: complex values are not accepted")
+    try:
+        values = np.asarray(curves, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected numbers on the model's grid, got values of type "
+                         f"{type(curves).__name__}") from None
     if values.ndim == 1 and values.shape == grid.shape:
         values = values[None, :]
     if values.ndim != 2 or values.shape[1] != grid.size:
-        raise ValueError(f"{what}: expected an array of shape (n, {grid.size}) on the model's grid or an "
-                         f"FDataGrid, got shape {values.shape}")
+        raise ValueError(f"{what}: expected an array of shape (n, {grid.size}) on the model's grid, an "
+                         f"FDataGrid or an FDataBasis, got shape {values.shape}")
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{what}: the curves contain NaN or infinite values")
     return values
