@@ -23,16 +23,16 @@ LAYERS = {  # top-level subpackage or module of fdp_flower -> rank
     "privacy": 1,
     "functional": 2, "data": 2,
     "algorithms": 3,
-    "outputs": 4,
+    "outputs": 4, "inference": 4,
     "engines": 5, "wire": 5,
     "clients": 6, "strategies": 6,
-    "cli": 7, "server_app": 8, "client_app": 8, "api": 8,
+    "cli": 7, "server_app": 8, "client_app": 8, "api": 8, "estimator": 8,
 }
 FLWR_ALLOWED = {"wire", "clients", "strategies", "server_app", "client_app"}
 #: the package root re-exports the Python API lazily (module __getattr__), its one upward import
-ROOT_REEXPORTS = {"fdp_flower.api"}
+ROOT_REEXPORTS = {"fdp_flower.api", "fdp_flower.estimator"}
 #: pure layers: a fresh interpreter that imports all of them must not load flwr
-PURE = ("config", "core", "privacy", "functional", "data", "algorithms", "outputs")
+PURE = ("config", "core", "privacy", "functional", "data", "algorithms", "outputs", "inference")
 
 
 def _modules() -> dict[str, Path]:
