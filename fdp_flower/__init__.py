@@ -16,12 +16,15 @@ Only ``wire``, ``clients``, ``strategies``, ``server_app`` and ``client_app`` im
 
 The Python API (:mod:`fdp_flower.api`, docs/api.md) is re-exported here lazily, so that
 ``import fdp_flower`` loads nothing else: :func:`fit` (FDP-ADMM on curves), :func:`fit_p2p`,
-:func:`fit_gradient` (tabular arrays) and :func:`load_results` (a results directory).
+:func:`fit_gradient` (tabular arrays), :func:`load` (a saved model or a results directory) and
+:func:`load_results` (a results directory); from :mod:`fdp_flower.estimator`, the scikit-learn
+estimator :class:`FDPQuantileRegressor` and :func:`infer` (private inference on a fit).
 """
 __version__ = "0.1.0"
 
-_API = ("fit", "fit_p2p", "fit_gradient", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport")
-__all__ = [*_API, "__version__"]
+_API = ("fit", "fit_p2p", "fit_gradient", "load", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport")
+_ESTIMATOR = ("FDPQuantileRegressor", "infer")
+__all__ = [*_API, *_ESTIMATOR, "__version__"]
 
 
 def __getattr__(name: str):
@@ -29,8 +32,12 @@ def __getattr__(name: str):
         from fdp_flower import api
 
         return getattr(api, name)
+    if name in _ESTIMATOR:
+        from fdp_flower import estimator
+
+        return getattr(estimator, name)
     raise AttributeError(f"module 'fdp_flower' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | set(_ESTIMATOR))

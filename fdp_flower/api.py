@@ -38,7 +38,10 @@ from fdp_flower.outputs.models import (
     p2p_intercept_scale,
 )
 
-__all__ = ["fit", "fit_gradient", "fit_p2p", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport"]
+from fdp_flower.outputs.model_files import load_model as load  # noqa: E402  (model.save's counterpart)
+
+__all__ = ["fit", "fit_gradient", "fit_p2p", "load", "load_results", "FunctionalModel", "TabularModel",
+           "PrivacyReport"]
 
 #: fixed (data-independent) bases accepted by name
 FIXED_BASES = ("cosine", "bspline", "fourier")

@@ -167,6 +167,9 @@ class FunctionalModel:
     stop_reason: str = "completed"
     sample_sizes: tuple[int, ...] = ()
     engine: str = "inprocess"
+    #: the inference releases charged after the fit (:class:`fdp_flower.inference.inprocess.InferenceRecord`),
+    #: None when the fit made none; :meth:`confidence_band` and the intervals of :meth:`summary` need them
+    inference: Any = None
 
     @property
     def grid(self) -> np.ndarray:
@@ -226,6 +229,55 @@ class FunctionalModel:
         if values.shape != self.grid.shape:
             raise ValueError(f"mise: beta must have {self.grid.size} values on the grid, got {values.shape}")
         return float(design.mise(self.beta_values, values, self.grid))
+
+    def with_inference(self, record) -> FunctionalModel:
+        """This model with the inference releases of ``record`` (an
+        :class:`~fdp_flower.inference.inprocess.InferenceRecord`) charged to its ledger; its privacy report is
+        recomputed over all releases, against the total budget the fit and the inference share."""
+        from dataclasses import replace
+
+        ledger = PrivacyLedger(list(self.ledger.releases) + list(record.releases))
+        if record.releases:
+            privacy = PrivacyReport.from_ledger(ledger, delta=self.privacy.delta, mode="total",
+                                                eps_budget=record.eps_total)
+        else:
+            privacy = self.privacy
+        return replace(self, ledger=ledger, privacy=privacy, inference=record)
+
+    def confidence_band(self, level: float = 0.95, *, debias: bool = True, draws: int = 20000, seed: int = 0):
+        """Pointwise and simultaneous confidence bands for beta(t) on the grid and an interval for the
+        intercept (:class:`fdp_flower.inference.bands.ConfidenceBand`), accounting for the sampling error and
+        the privacy noise (docs/inference.md).  Needs the inference releases (:attr:`inference`): fit with
+        :class:`fdp_flower.FDPQuantileRegressor` or add them with :func:`fdp_flower.infer`.  Post-processing:
+        costs no privacy; ``seed`` fixes the simulation of the simultaneous band's critical value."""
+        if self.inference is None:
+            raise ValueError("confidence_band: this model has no inference releases (fit it with "
+                             "fdp_flower.FDPQuantileRegressor, or add them with fdp_flower.infer(model, curves, y, "
+                             "eps_total=...))")
+        from fdp_flower.inference.bands import InferenceError
+        from fdp_flower.inference.fdp_admm import model_band
+
+        if self.inference.sandwich is None:
+            raise InferenceError(self.inference.failure)
+        return model_band(self, self.inference.sandwich, level=level, debias=debias, draws=draws, seed=seed)
+
+    def summary(self, points=None, level: float = 0.95):
+        """A statsmodels-style summary (:class:`fdp_flower.outputs.summary.ModelSummary`, printable): the
+        intercept and beta(t) at ``points`` (default: 5 equispaced points of the grid) with standard errors
+        (sampling and privacy parts) and ``level`` intervals when the model has inference releases; n, the
+        sites, tau, the penalty, eps/delta with the neighbouring relation and the budget split, the basis and
+        whether it was private."""
+        from fdp_flower.outputs.summary import model_summary
+
+        return model_summary(self, points=points, level=level)
+
+    def save(self, path) -> Path:
+        """Write the model to the directory ``path`` (created; :func:`load_model` or ``fdp_flower.load`` reads
+        it back): ``scenario.yaml``, ``model.npz`` (the released estimate, the basis, the inference pieces),
+        ``ledger.csv``, ``history.csv`` and ``model.json``.  Everything saved is a release or public."""
+        from fdp_flower.outputs.model_files import save_model
+
+        return save_model(self, path)
 
     def __repr__(self) -> str:
         s = self.scenario
@@ -309,6 +361,12 @@ class TabularModel:
         """Fitted values (quantile / median / mean), or labels in {-1, +1} for the logistic loss."""
         score = self.decision_function(features)
         return np.where(score >= 0, 1.0, -1.0) if self.loss == "logistic" else score
+
+    def save(self, path) -> Path:
+        """Write the model to the directory ``path`` (:func:`load_model` or ``fdp_flower.load`` reads it back)."""
+        from fdp_flower.outputs.model_files import save_model
+
+        return save_model(self, path)
 
     def __repr__(self) -> str:
         return (f"TabularModel({self.algorithm}, loss={self.loss}, K={self.coefficients.size}, "

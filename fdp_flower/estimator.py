@@ -1,0 +1,274 @@
+"""A scikit-learn estimator for private functional quantile regression, and private inference on a fit.
+
+- :class:`FDPQuantileRegressor`: FDP-ADMM (F-ADMM with ``eps=None``) as a scikit-learn regressor:
+  ``__init__`` stores parameters, ``fit(X, y)`` returns self, learned attributes end in ``_``,
+  ``predict``, ``score`` (the pinball-loss skill score D^2), ``get_params`` / ``set_params``,
+  ``clone`` and ``GridSearchCV`` work; X is an ``skfda.FDataGrid``, an ``skfda.FDataBasis`` or an
+  (n, G) array of curves on a grid.  By default the fit keeps a share of the budget for the inference
+  releases, so ``band_`` (confidence bands) and ``summary()`` come with it (docs/inference.md).
+- :func:`infer`: the inference releases for a model of :func:`fdp_flower.fit`, on the same simulated
+  sites, charged to its ledger.
+
+The short form stays :func:`fdp_flower.fit`; the reference of every parameter is docs/api.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+
+__all__ = ["FDPQuantileRegressor", "infer"]
+
+
+def _site_parts(values: np.ndarray, y: np.ndarray, model, client_ids) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every site's (curves, responses) in the fit's split (the model's seed and client count, or the labels)."""
+    from fdp_flower.api import client_partition
+
+    n_clients = None if client_ids is not None else int(model.scenario.federation.num_clients)
+    parts, _ = client_partition(len(y), n_clients=n_clients, client_ids=client_ids, seed=int(model.scenario.seed))
+    return [(values[rows], y[rows]) for rows in parts]
+
+
+def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, grid=None):
+    """The inference releases of a fitted FDP-ADMM model, on the same simulated sites as its fit.
+
+    Every site releases, at the model's estimate, a noisy histogram of its residuals' scale, a noisy Gram
+    matrix of its clipped rows and a noisy count of residuals near the quantile (docs/inference.md); the
+    releases are charged to the model's ledger.  Returns the model with them (``confidence_band()`` and the
+    intervals of ``summary()`` then work).
+
+    Parameters
+    ----------
+    model : FunctionalModel
+        A model of :func:`fdp_flower.fit` on ``curves``, ``y``.
+    curves, y, grid, client_ids :
+        The data and split of that fit (as given to it: ``client_ids`` if the fit had them, else the model's
+        seed and client count split the rows again).
+    eps_total : float or None
+        The total eps (at the model's delta) that the fit and these releases share; must exceed what the fit
+        spent.  Needed when the model is private; the releases are calibrated to meet it exactly (PLD).  To
+        keep a total of eps, fit with ``eps = fdp_flower.inference.releases.fit_budget(eps, delta)``, or use
+        :class:`FDPQuantileRegressor`, which does this.
+    """
+    from fdp_flower.api import curve_inputs
+    from fdp_flower.inference.inprocess import run_inference
+
+    values, response, own_grid, _ = curve_inputs(curves, y, grid=grid)
+    if own_grid.shape != model.grid.shape or not np.allclose(own_grid, model.grid, rtol=1e-9, atol=0):
+        raise ValueError("curves: not on the model's grid (give the data the model was fitted on)")
+    if model.privacy.private and eps_total is not None and eps_total <= model.privacy.eps:
+        raise ValueError(f"eps_total: {eps_total:g} leaves nothing for inference: the fit alone spent "
+                         f"eps = {model.privacy.eps:.4g}")
+    record = run_inference(model, _site_parts(values, response, model, client_ids), eps_total=eps_total)
+    return model.with_inference(record)
+
+
+class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
+    """Differentially private functional quantile regression (FDP-ADMM) as a scikit-learn regressor.
+
+    Q_quantile(y | X) = intercept_ + int coef_(t) X(t) dt, fitted across ``n_clients`` simulated sites that
+    release only Gaussian-noised quantities (Zhou & Xiang 2022; docs/api.md, docs/inference.md).
+
+    Parameters
+    ----------
+    quantile : float
+        The quantile level tau (scikit-learn's ``QuantileRegressor`` name; default: 0.5).
+    alpha : float
+        Weight of the penalty on the *average* check loss, as in ``QuantileRegressor``: the objective is
+        (1/M) sum_i (1/m_i) sum_j rho_tau(...) + alpha P(w), i.e. ``lam = alpha * n_clients`` of
+        :func:`fdp_flower.fit` (default: 0.0, no penalty: the intervals are those of the unpenalized
+        estimator; with a penalty they are debiased to first order, docs/inference.md).
+    penalty : str
+        P when ``alpha > 0``: "l1" (default), "l2", "elastic_net", "scad", "mcp".
+    eps, delta : float
+        The total privacy budget of every site, fit and inference together (defaults: 1.0, 1e-5);
+        ``eps=None``: F-ADMM, no noise and no guarantee.
+    inference_share : float or None
+        The share of the budget (of mu^2, Gaussian DP; docs/inference.md) kept for the inference releases
+        (default: 0.15); None: no inference releases, the whole budget goes to the fit (no ``band_``).
+    confidence_level : float
+        The level of ``band_`` and of ``summary()`` (default: 0.95).
+    n_clients : int
+        Number of simulated sites the rows are split over (default: 10); or ``client_ids`` in ``fit``.
+    basis, n_components, clip, clip_shape, intercept_share, response_offset, rho, step, rounds, estimator,
+    basis_eps, basis_delta, noise_source :
+        As in :func:`fdp_flower.fit` (defaults: "cosine", 10, 3.0, "sphere", 0.5, 0.0, 0.1, None, None, None,
+        None, None, "seeded").
+    fit_intercept : bool
+        Fit an intercept (through the public column c0 = intercept_share * clip; default: True).
+    grid : array or None
+        The grid of array input (default: G equispaced points on [0, 1]), or where an FDataBasis is evaluated
+        (default: 100 points over its domain).
+    random_state : int
+        Seeds the split over sites, the basis phase and the noise (default: 0).  With
+        ``noise_source="seeded"`` the fit is reproducible; a private fit is otherwise random.
+
+    Attributes
+    ----------
+    model_ : FunctionalModel
+        The fitted model (ledger, history, scenario, ``summary()``, ``confidence_band()``, ``save()``).
+    coef_ : skfda.FDataGrid
+        The released coefficient function beta_hat on ``grid_``.
+    intercept_ : float
+    grid_ : ndarray
+    band_ : ConfidenceBand or None
+        Pointwise and simultaneous bands at ``confidence_level`` (None without inference releases).
+    privacy_ : PrivacyReport
+        eps (PLD) of the site that spent most over all its releases, delta, neighbouring relation.
+    n_features_in_ : int
+        Number of grid points of the curves.
+    """
+
+    def __init__(self, quantile: float = 0.5, alpha: float = 0.0, *, penalty: str = "l1", eps: float | None = 1.0,
+                 delta: float = 1e-5, inference_share: float | None = 0.15, confidence_level: float = 0.95,
+                 n_clients: int = 10, basis="cosine", n_components: int = 10, clip: float = 3.0,
+                 clip_shape: str = "sphere", fit_intercept: bool = True, intercept_share: float = 0.5,
+                 response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, rounds: int | None = None,
+                 estimator: str | None = None, basis_eps: float | None = None, basis_delta: float | None = None,
+                 noise_source: str = "seeded", grid=None, random_state: int = 0):
+        self.quantile = quantile
+        self.alpha = alpha
+        self.penalty = penalty
+        self.eps = eps
+        self.delta = delta
+        self.inference_share = inference_share
+        self.confidence_level = confidence_level
+        self.n_clients = n_clients
+        self.basis = basis
+        self.n_components = n_components
+        self.clip = clip
+        self.clip_shape = clip_shape
+        self.fit_intercept = fit_intercept
+        self.intercept_share = intercept_share
+        self.response_offset = response_offset
+        self.rho = rho
+        self.step = step
+        self.rounds = rounds
+        self.estimator = estimator
+        self.basis_eps = basis_eps
+        self.basis_delta = basis_delta
+        self.noise_source = noise_source
+        self.grid = grid
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ scikit-learn plumbing
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.target_tags.required = True
+        return tags
+
+    def _validated(self, X, y=None, *, fitting: bool):
+        """(values (n, G), y or None, grid): an FDataGrid / FDataBasis evaluated on ``grid`` (its own grid, or
+        the fitted one when predicting), or an array checked by scikit-learn's ``validate_data`` (dtype,
+        sparse, complex, shape and n_features_in_ messages as scikit-learn's), on ``grid`` (default: G
+        equispaced points on [0, 1]).  Curves need at least 3 grid points."""
+        from sklearn.utils.validation import check_consistent_length, column_or_1d, validate_data
+
+        from fdp_flower.api import InputError
+        from fdp_flower.functional.validation import DataValidationError, fdata_values, is_fdatabasis, is_fdatagrid
+
+        if is_fdatagrid(X) or is_fdatabasis(X):
+            grid = self.grid if fitting else self.grid_
+            try:
+                values, grid = fdata_values(X, None if grid is None else np.asarray(grid, dtype=float), "X")
+            except DataValidationError as exc:
+                raise InputError(str(exc)) from None
+            if fitting:
+                if y is None:
+                    raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+                y = column_or_1d(y, warn=True).astype(float)
+                check_consistent_length(values, y)
+                self.n_features_in_ = int(values.shape[1])
+            return values, y, grid
+        if fitting:
+            values, y = validate_data(self, X, y, ensure_min_features=3, ensure_min_samples=2, y_numeric=True)
+            grid = (np.linspace(0.0, 1.0, values.shape[1]) if self.grid is None
+                    else np.asarray(self.grid, dtype=float))
+            return values, np.asarray(y, dtype=float), grid
+        values = validate_data(self, X, reset=False)
+        return values, None, self.grid_
+
+    def _check_parameters(self) -> float | None:
+        from fdp_flower.api import InputError
+
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(self.alpha) or self.alpha < 0:
+            raise InputError(f"alpha: expected a finite number >= 0, got {self.alpha!r}")
+        if not isinstance(self.n_clients, (int, np.integer)) or isinstance(self.n_clients, bool) or self.n_clients < 1:
+            raise InputError(f"n_clients: expected a positive integer, got {self.n_clients!r}")
+        share = self.inference_share
+        if share is not None and not (isinstance(share, (int, float)) and 0 < share < 1):
+            raise InputError(f"inference_share: expected a number in (0, 1) or None, got {share!r}")
+        if not (isinstance(self.confidence_level, (int, float)) and 0 < self.confidence_level < 1):
+            raise InputError(f"confidence_level: expected a number in (0, 1), got {self.confidence_level!r}")
+        if self.eps is not None and share is not None:
+            from fdp_flower.api import check_run_arguments
+            from fdp_flower.inference.releases import fit_budget
+
+            check_run_arguments(eps=self.eps, seed=self.random_state, out=None)
+            return fit_budget(float(self.eps), float(self.delta), float(share))
+        return self.eps
+
+    def fit(self, X, y, client_ids=None):
+        """Fit on curves ``X`` (FDataGrid, FDataBasis or (n, G) array) and responses ``y`` (n,); ``client_ids``:
+        the site of every row (default: ``n_clients`` seeded near-equal parts).  Returns self."""
+        import fdp_flower
+
+        eps_fit = self._check_parameters()
+        values, response, grid = self._validated(X, y, fitting=True)
+        n_clients = None if client_ids is not None else int(self.n_clients)
+        model = fdp_flower.fit(
+            values, response, grid=grid, tau=self.quantile, eps=eps_fit, delta=self.delta, n_clients=n_clients,
+            client_ids=client_ids, penalty=self.penalty if self.alpha > 0 else "none",
+            lam=float(self.alpha) * (n_clients if n_clients is not None else len(np.unique(client_ids))),
+            rounds=self.rounds, basis=self.basis, n_components=self.n_components, clip=self.clip,
+            clip_shape=self.clip_shape, intercept=self.fit_intercept, intercept_share=self.intercept_share,
+            response_offset=self.response_offset, rho=self.rho, step=self.step, estimator=self.estimator,
+            basis_eps=self.basis_eps, basis_delta=self.basis_delta, seed=self.random_state,
+            noise_source=self.noise_source, reference=False, name="FDPQuantileRegressor")
+        if self.inference_share is not None:
+            from fdp_flower.inference.inprocess import run_inference
+
+            record = run_inference(model, _site_parts(values, response, model, client_ids),
+                                   eps_total=None if self.eps is None else float(self.eps))
+            model = model.with_inference(record)
+        self.model_ = model
+        self.grid_ = model.grid
+        self.coef_ = model.beta_hat
+        self.intercept_ = float(model.intercept)
+        self.privacy_ = model.privacy
+        self.band_ = None
+        if model.inference is not None:
+            from fdp_flower.inference.bands import InferenceError
+
+            try:
+                self.band_ = model.confidence_band(self.confidence_level)
+            except InferenceError as exc:  # the fit stands; the releases just cannot support a band
+                import warnings
+
+                warnings.warn(f"FDPQuantileRegressor: no confidence band: {exc}", stacklevel=2)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """The fitted quantile for every curve of ``X`` (FDataGrid, FDataBasis, or an array on ``grid_``)."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "model_")
+        values, _, _ = self._validated(X, fitting=False)
+        return self.model_.predict(values)
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """D^2 pinball score: 1 - sum pinball(y, predict(X)) / sum pinball(y, the empirical quantile of y)
+        (``sklearn.metrics.d2_pinball_score`` at alpha = ``quantile``); 1 is perfect, 0 is no better than a
+        constant, the quantile-regression analogue of R^2 (Koenker & Machado 1999)."""
+        from sklearn.metrics import d2_pinball_score
+
+        return float(d2_pinball_score(np.asarray(y, dtype=float).ravel(), self.predict(X),
+                                      sample_weight=sample_weight, alpha=self.quantile))
+
+    def summary(self, points=None):
+        """The fitted model's summary (``model_.summary``) at ``confidence_level``."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "model_")
+        return self.model_.summary(points=points, level=self.confidence_level)
