@@ -9,26 +9,26 @@ linear, E g_i(w) = D_i (w - w°) with D_i = E_i[f(q(x) | x) a a^T]; averaged ove
 server's global iterate follows (the duals sum to zero after every round, so the mean of the
 released primals is w^l)
 
-    w^l - w° = T_l (w^{l-1} - w°) + xi_l,   T_l = I - eta'_l D,  eta'_l = 1 / (rho_l + 1/eta_l),   (9.3)
+    w^l - w° = T_l (w^{l-1} - w°) + xi_l,   T_l = I - eta'_l D,  eta'_l = 1 / (rho_l + 1/eta_l),   (9.4)
 
 xi_l = (1/M) sum_i N(0, sigma_il^2 S^2) the mean of the round's noise, D = (1/M) sum_i D_i.  The
 released estimator w_hat = sum_l c_l w^l (last iterate, average or tail average) is then
 
-    w_hat = (I - A) w°_n + sum_l B_l xi_l,   A = sum_l c_l T_l ... T_1,                       (9.4)
+    w_hat = (I - A) w°_n + sum_l B_l xi_l,   A = sum_l c_l T_l ... T_1,                       (9.5)
 
 with w°_n the exact (non-private) minimizer of the sites' objective and B_l = sum_{k >= l} c_k
 T_k ... T_{l+1}.  Its sampling error is the quantile-regression sandwich (Koenker 2005, Thm 4.1)
 
-    Var(w°_n) = D^{-1} Omega D^{-1},  Omega = (1/M^2) sum_i tau (1 - tau) G_i / m_i,          (9.5)
+    Var(w°_n) = D^{-1} Omega D^{-1},  Omega = (1/M^2) sum_i tau (1 - tau) G_i / m_i,          (9.6)
 
 G_i = E_i[a a^T], and under a location-shift model (f(q(x) | x) = f for all x) D = f G with
 G = (1/M) sum_i G_i ("iid" sandwich, Koenker 2005, section 3.4).  The debiased estimate
 
-    w_d = (I - A)^{-1} w_hat + D^{-1} (lam / M) P'(w_hat)                                   (9.6)
+    w_d = (I - A)^{-1} w_hat + D^{-1} (lam / M) P'(w_hat)                                   (9.7)
 
 removes what the run's start at 0 left in the estimate (A) and the penalty's shift, and
 
-    Var(w_d) = D^{-1} Omega D^{-1} + (I - A)^{-1} (sum_l B_l V_l B_l^T) (I - A)^{-T},         (9.7)
+    Var(w_d) = D^{-1} Omega D^{-1} + (I - A)^{-1} (sum_l B_l V_l B_l^T) (I - A)^{-T},         (9.8)
 
 V_l = Var(xi_l), the two independent parts: sampling error and privacy noise.  Bands for
 beta(t) = sum_k w_k phi_k(t) and the intercept are linear maps of w_d; the simultaneous band's
@@ -50,7 +50,7 @@ from fdp_flower.inference.releases import SiteInference
 GRAM_SNR_REFUSE = 3.0
 #: below this many noise sds the band is computed but flagged as approximate
 GRAM_SNR_WARN = 8.0
-#: the smallest singular value of I - A (eq. (9.6)) a band needs: below, the run has not learned some direction
+#: the smallest singular value of I - A (eq. (9.7)) a band needs: below, the run has not learned some direction
 TRANSIENT_LIMIT = 0.1
 
 
@@ -58,11 +58,9 @@ class InferenceError(ValueError):
     """The releases cannot support a confidence band; the message (one line) says why and what to change."""
 
 
-class UnstableSites(ValueError):
-    """The linear model of the sites' deviations (eq. (9.11)) has no stationary spread."""
 
 
-#: the cap on the eigenvalues of eta'_l D in the recursion (9.3): the stability boundary
+#: the cap on the eigenvalues of eta'_l D in the recursion (9.4): the stability boundary
 STABILITY_LIMIT = 2.0
 #: eigenvalue floor, relative to the largest, below which a released Gram counts as not positive definite
 PD_FLOOR = 1e-8
@@ -85,7 +83,7 @@ def bofinger_bandwidth(n: int, tau: float) -> float:
 def choose_window(fractions: np.ndarray, edges: np.ndarray, *, n: int, tau: float) -> float:
     """The half-width h of the density window: where the pooled (noisy) scale histogram's cumulative
     fraction of |r| first reaches 2 h_n (h_n: :func:`bofinger_bandwidth`), interpolated geometrically
-    between the edges e_k = 2^k around the crossing (eq. (9.8)).  Only a scale: an h off by a factor
+    between the edges e_k = 2^k around the crossing (eq. (9.9)).  Only a scale: an h off by a factor
     changes the window's bias and noise, not the estimator's validity.  The crossing is the last one from
     below, so noise in the many nearly empty bins near 0 cannot fake an early one."""
     fractions = np.asarray(fractions, dtype=float)
@@ -112,7 +110,7 @@ def choose_window(fractions: np.ndarray, edges: np.ndarray, *, n: int, tau: floa
 @dataclass(frozen=True)
 class ResidualDensity:
     """The density of the residuals at 0 (the fitted tau-quantile) and its slope, from the pooled fractions
-    F_- of residuals in (-h, 0] and F_+ in (0, h] (eq. (9.9)): f_hat = (F_- + F_+) / (2h),
+    F_- of residuals in (-h, 0] and F_+ in (0, h] (eq. (9.10)): f_hat = (F_- + F_+) / (2h),
     f'_hat = (F_+ - F_-) / h^2, with the sd of f'_hat (release noise and sampling); h from
     :func:`choose_window`, 2 h_n the window's target mass."""
 
@@ -127,7 +125,7 @@ class ResidualDensity:
 # ---------------------------------------------------------------- the sandwich pieces
 @dataclass(frozen=True)
 class SandwichEstimate:
-    """The server's aggregate of the sites' inference releases (eq. (9.5)), in the units of w.
+    """The server's aggregate of the sites' inference releases (eq. (9.6)), in the units of w.
 
     gram : G = (1/M) sum_i G_i (positive definite after :func:`aggregate`)
     omega : (1/M^2) sum_i tau (1 - tau) G_i / m_i
@@ -179,9 +177,9 @@ def _floored(matrix: np.ndarray) -> tuple[np.ndarray, float, bool]:
 
 def aggregate(sites: list[SiteInference], *, tau: float, half_width: float,
               scales: np.ndarray | None) -> SandwichEstimate:
-    """The sandwich pieces of eq. (9.5) from every site's releases: sites weighted as the objective weights
+    """The sandwich pieces of eq. (9.6) from every site's releases: sites weighted as the objective weights
     them (each site's mean loss counts 1/M), Grams un-whitened by the noise shape S = diag(s), the density
-    f_hat = (mean window fraction) / (2h) (eq. (9.9))."""
+    f_hat = (mean window fraction) / (2h) (eq. (9.10))."""
     if not sites:
         raise ValueError("no site released anything")
     p = sites[0].first.gram.shape[0]
@@ -228,17 +226,17 @@ def estimator_weights(kind: str, rounds: int, tail_start: int) -> np.ndarray:
 
 def recursion_covariance(hessian: np.ndarray, eta_prime: np.ndarray, noise_covariances: np.ndarray,
                          weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(A, sum_l B_l V_l B_l^T) of eq. (9.4) for the recursion (9.3).
+    """(A, sum_l B_l V_l B_l^T) of eq. (9.5) for the recursion (9.4).
 
     ``eta_prime`` (L,): eta'_l; ``noise_covariances`` (L, p, p): V_l; ``weights`` (L,): c_l.
     B_L = c_L I, B_l = c_l I + B_{l+1} T_{l+1}; A = B_1 T_1.
 
     The run that released w_hat converged, so its recursion was stable: every eigenvalue of
     eta'_l D lay below 2.  An estimated D can put the largest just above (at the default step the
-    intercept direction sits near 1.9 at tau = 0.5), where (9.3) would explode; the eigenvalues of
+    intercept direction sits near 1.9 at tau = 0.5), where (9.4) would explode; the eigenvalues of
     eta'_l D_hat are therefore capped at :data:`STABILITY_LIMIT` = 2 (T_l's spectrum in [-1, 1]).  The
     tail average's variance is continuous up to 2 and at most about 1.5 times its value at 1.9 there,
-    so the cap errs on the wide side (eq. (9.3)).
+    so the cap errs on the wide side (eq. (9.4)).
     """
     p = hessian.shape[0]
     rounds = len(weights)
@@ -267,11 +265,45 @@ def _steps(hessian: np.ndarray, eta_prime: np.ndarray):
     return lambda l: eye - _capped(hessian, float(eta_prime[l]))
 
 
+def site_transition(hessian: np.ndarray, eta: float, eta_prime: float, rho: float) -> np.ndarray:
+    """F_l of the sites' deviation recursion (9.12): (d, g) -> (P d + eta' g, -rho P d + (1 - rho eta') g),
+    P = eta' (I / eta - D) (eta' D capped as in (9.4))."""
+    eye = np.eye(hessian.shape[0])
+    pl = eta_prime / eta * eye - _capped(hessian, eta_prime)
+    return np.block([[pl, eta_prime * eye], [-rho * pl, (1.0 - rho * eta_prime) * eye]])
+
+
+def check_sites_stable(hessian: np.ndarray, plan: "NoisePlanSummary") -> None:
+    """Raise :class:`InferenceError` when the sites' deviations from the consensus have no stable linear
+    dynamics in some round (spectral radius of F_l >= 1, eq. (9.12)).
+
+    Then eta'_l D exceeds 1 + eta'_l / eta_l in some direction: each site overshoots the consensus by more
+    than it corrects, and the sites oscillate around it with an amplitude that only the check loss's
+    saturation bounds (measured on the paper's design at tau = 0.5 and the default step 3: about 20 noise
+    sds in the intercept).  The linear model of the server's recursion, and with it the band, does not
+    hold there.  A constant step eta below 2 / (d_max - rho) (d_max the largest eigenvalue of D) keeps
+    every direction stable; the message gives 0.9 times that."""
+    if plan.eta is None or plan.rho is None:
+        return
+    for l in range(len(plan.weights)):
+        f = site_transition(hessian, float(plan.eta[l]), float(plan.eta_prime[l]), float(plan.rho[l]))
+        radius = float(np.max(np.abs(np.linalg.eigvals(f))))
+        if radius >= 1.0:
+            d_max = float(np.linalg.eigvalsh((hessian + hessian.T) / 2)[-1])
+            rho = float(plan.rho[l])
+            hint = (f"; a constant step below {0.9 * 2.0 / (d_max - rho):.3g} keeps them stable" if d_max > rho
+                    else "")
+            raise InferenceError(f"the sites oscillate around the consensus in round {l + 1} (the step eta = "
+                                 f"{float(plan.eta[l]):.3g} overshoots: eta' D reaches {float(plan.eta_prime[l]) * d_max:.3g} "
+                                 f"> 1 + eta'/eta = {1 + float(plan.eta_prime[l] / plan.eta[l]):.3g}); the linear model of "
+                                 f"the fit does not hold{hint}")
+
+
 def evaluation_covariance(hessian: np.ndarray, plan: "NoisePlanSummary") -> np.ndarray:
     """Sigma_eval = sum_l c_{l+1} Var(wt_i^l - w°): the spread of the points a site linearizes at (its last
-    release) around the fixed point, over the estimator's rounds (eq. (9.11)).
+    release) around the fixed point, over the estimator's rounds (eq. (9.12)).
 
-    wt_i^l - w° = (w^l - w°) + d_i^l.  The global part follows (9.3).  The site's deviation from the
+    wt_i^l - w° = (w^l - w°) + d_i^l.  The global part follows (9.4).  The site's deviation from the
     consensus, d_i = wt_i - w, and its dual g_i follow, with P_l = eta'_l (I / eta_l - D),
 
         d_i^l = P_l d_i^{l-1} + eta'_l g_i^{l-1} + nu_i^l,   g_i^l = g_i^{l-1} - rho_l d_i^l,
@@ -292,11 +324,7 @@ def evaluation_covariance(hessian: np.ndarray, plan: "NoisePlanSummary") -> np.n
         ep, rho = float(plan.eta_prime[l]), float(plan.rho[l])
         t = eye - _capped(hessian, ep)
         global_cov = t @ global_cov @ t.T + plan.noise_covariances[l]
-        pl = ep / float(plan.eta[l]) * eye - _capped(hessian, ep)
-        f = np.block([[pl, ep * eye], [-rho * pl, (1.0 - rho * ep) * eye]])
-        if np.max(np.abs(np.linalg.eigvals(f))) >= 1.0:
-            raise UnstableSites(f"round {l + 1}: the sites' deviation from the consensus has no stationary spread in "
-                                "the linear model (eta' D above 1 + eta'/eta in some direction: the sites oscillate)")
+        f = site_transition(hessian, float(plan.eta[l]), ep, rho)
         inject = np.vstack([eye, -rho * eye])
         nu = (1.0 - 1.0 / plan.num_sites) * plan.site_noise_covariances[l]
         site_cov = f @ site_cov @ f.T + inject @ nu @ inject.T
@@ -307,7 +335,7 @@ def evaluation_covariance(hessian: np.ndarray, plan: "NoisePlanSummary") -> np.n
 
 @dataclass(frozen=True)
 class NoisePlanSummary:
-    """What the recursions (9.3) and (9.11) need of a fit, all public: per round eta_l, eta'_l, rho_l, the
+    """What the recursions (9.4) and (9.12) need of a fit, all public: per round eta_l, eta'_l, rho_l, the
     covariance V_l of the round's mean noise and the mean covariance U_l of one site's noise, the estimator's
     weights c_l, the penalty's mean subgradient term (lam / M) P'(w_hat), the number of sites M and the
     intercept column's value c0 (0: no intercept)."""
@@ -325,14 +353,14 @@ class NoisePlanSummary:
 
 @dataclass(frozen=True)
 class CoefficientInference:
-    """The debiased estimate w_d (eq. (9.6)) and its covariance split into sampling and privacy parts (9.7)."""
+    """The debiased estimate w_d (eq. (9.7)) and its covariance split into sampling and privacy parts (9.8)."""
 
     estimate: np.ndarray
     released: np.ndarray
     sampling_covariance: np.ndarray
     privacy_covariance: np.ndarray
     transient: np.ndarray
-    #: the smoothing-bias correction (eq. (9.10)): "corrected", "none (no noise)" or why it was not made
+    #: the smoothing-bias correction (eq. (9.11)): "corrected", "none (no noise)" or why it was not made
     smoothing: str = "corrected"
 
     @property
@@ -347,37 +375,34 @@ class CoefficientInference:
 
 def coefficient_inference(w_hat: np.ndarray, sandwich: SandwichEstimate, plan: NoisePlanSummary, *,
                           debias: bool = True) -> CoefficientInference:
-    """w_d and Var(w_d) of eqs. (9.6)-(9.7) (``debias=False``: centre at w_hat, A taken as 0)."""
+    """w_d and Var(w_d) of eqs. (9.7)-(9.8) (``debias=False``: centre at w_hat, A taken as 0)."""
     w_hat = np.asarray(w_hat, dtype=float)
     sandwich.check()
     d = sandwich.hessian
     d_inv = np.linalg.inv(d)
     sampling = d_inv @ sandwich.omega @ d_inv.T
     transient, noise = recursion_covariance(d, plan.eta_prime, plan.noise_covariances, plan.weights)
+    check_sites_stable(d, plan)
     if debias:
         kept = float(np.linalg.svd(np.eye(d.shape[0]) - transient, compute_uv=False)[-1])
         if kept < TRANSIENT_LIMIT:
             raise InferenceError(f"the fit has not converged: it kept {100 * (1 - kept):.0f}% of its start (0) in some "
-                                 "direction (||A|| near 1, eq. (9.4)); give it more rounds or a larger step")
+                                 "direction (||A|| near 1, eq. (9.5)); give it more rounds or a larger step")
         back = np.linalg.inv(np.eye(d.shape[0]) - transient)
         estimate = back @ w_hat + d_inv @ plan.penalty_gradient
         privacy = back @ noise @ back.T
-        correction = smoothing_bias(sandwich, plan)
-        if correction is None:
-            smoothing = "not corrected: the sites oscillate around the consensus (eq. (9.11))"
-        else:
-            shift, shift_sd = correction
-            estimate = estimate - shift
-            privacy = privacy + np.outer(shift_sd, shift_sd)
-            smoothing = "corrected" if np.any(shift_sd) else "none (no noise)"
+        shift, shift_sd = smoothing_bias(sandwich, plan)
+        estimate = estimate - shift
+        privacy = privacy + np.outer(shift_sd, shift_sd)
+        smoothing = "corrected" if np.any(shift_sd) else "none (no noise)"
     else:
         estimate, privacy, smoothing = w_hat.copy(), noise, "not corrected (debias=False)"
     return CoefficientInference(estimate, w_hat, (sampling + sampling.T) / 2, (privacy + privacy.T) / 2, transient,
                                 smoothing)
 
 
-def smoothing_bias(sandwich: SandwichEstimate, plan: NoisePlanSummary) -> tuple[np.ndarray, np.ndarray] | None:
-    """(delta, sd of delta): the shift of the fixed point that the noisy linearization points cause (eq. (9.10)).
+def smoothing_bias(sandwich: SandwichEstimate, plan: NoisePlanSummary) -> tuple[np.ndarray, np.ndarray]:
+    """(delta, sd of delta): the shift of the fixed point that the noisy linearization points cause (eq. (9.11)).
 
     A site evaluates its subgradient at its last release wt_i, which spreads around the fixed point with
     covariance Sigma_eval (:func:`evaluation_covariance`), so the fixed point solves the check loss's
@@ -389,22 +414,14 @@ def smoothing_bias(sandwich: SandwichEstimate, plan: NoisePlanSummary) -> tuple[
     with E[a v(a)] from G and Sigma_eval (the intercept column is the constant c0; the scores' third moments
     are taken as 0).  The fitted quantile moves up where the density falls at the quantile (tau > 1/2 for a
     unimodal error), down where it rises, not at all for a symmetric error at the median (docs/api.md
-    measured this bias).  delta is linear in f'_hat, so its sd is |delta| sd(f'_hat) / |f'_hat|.
-
-    None when the sites' linearization points have no stationary spread in the linear model (a step so large
-    that eta' D > 1 + eta'/eta in some direction: the sites then oscillate around the consensus with an
-    amplitude only the check loss's saturation bounds -- measured: about 20 sigma in the intercept of the
-    paper's design at tau = 0.5 and the default step); the bias is then not corrected (it vanishes for a
-    symmetric error at the median, where this happens with the default step)."""
+    measured this bias).  delta is linear in f'_hat, so its sd is |delta| sd(f'_hat) / |f'_hat|.  Needs the
+    sites' recursion to be stable (:func:`check_sites_stable`)."""
     dens = sandwich.density
     p = sandwich.gram.shape[0]
     zero = np.zeros(p)
     if plan.site_noise_covariances is None or dens.density <= 0 or not np.any(plan.site_noise_covariances):
         return zero, zero
-    try:
-        sigma = evaluation_covariance(sandwich.hessian, plan)
-    except UnstableSites:
-        return None
+    sigma = evaluation_covariance(sandwich.hessian, plan)
     g = sandwich.gram
     if plan.intercept_scale > 0:
         c0 = plan.intercept_scale
@@ -425,7 +442,7 @@ class ConfidenceBand:
     Attributes
     ----------
     grid : (G,) the model's grid
-    estimate : (G,) beta_d(t), the debiased estimate (eq. (9.6)) on the grid
+    estimate : (G,) beta_d(t), the debiased estimate (eq. (9.7)) on the grid
     sd, sd_sampling, sd_privacy : (G,) its standard error and the two parts of its variance
         (sd^2 = sd_sampling^2 + sd_privacy^2)
     pointwise : (2, G) lower and upper pointwise limits, estimate -+ z sd
@@ -475,9 +492,9 @@ class ConfidenceBand:
                              "simultaneous_lower": self.simultaneous[0],
                              "simultaneous_upper": self.simultaneous[1]})
 
-    def plot(self, ax=None, *, truth=None, label: str = "beta_hat"):
+    def plot(self, ax=None, *, truth=None, label: str = "beta_hat", truth_label: str = "truth"):
         """Draw the estimate with both bands on a matplotlib axis (created when ``ax`` is None); ``truth``:
-        values on the grid or a callable of t, drawn dashed.  Returns the axis."""
+        values on the grid or a callable of t, drawn dashed (``truth_label``).  Returns the axis."""
         if ax is None:
             import matplotlib.pyplot as plt
 
@@ -489,7 +506,7 @@ class ConfidenceBand:
         ax.plot(self.grid, self.estimate, color="tab:blue", lw=1.6, label=label)
         if truth is not None:
             values = truth(self.grid) if callable(truth) else np.asarray(truth, dtype=float)
-            ax.plot(self.grid, values, "k--", lw=1.2, label="truth")
+            ax.plot(self.grid, values, "k--", lw=1.2, label=truth_label)
         ax.set_xlabel("t")
         ax.set_ylabel("beta(t)")
         ax.legend(loc="best", fontsize=8)

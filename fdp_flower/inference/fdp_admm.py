@@ -61,7 +61,7 @@ def fit_multipliers(ledger, client: int) -> list[float]:
 
 
 def plan_summary(model) -> NoisePlanSummary:
-    """eta'_l, V_l, c_l and (lam / M) P'(w_hat) of a fit (eq. (9.3)), from its scenario, history and ledger."""
+    """eta'_l, V_l, c_l and (lam / M) P'(w_hat) of a fit (eq. (9.4)), from its scenario, history and ledger."""
     from fdp_flower.algorithms.fdp_admm.plan import build_objective, noise_plan, tail_start
 
     sc = model.scenario

@@ -70,8 +70,8 @@ def _privacy_lines(model) -> list[str]:
     if not p.private:
         return ["not private (no noise was added: no differential-privacy guarantee)"]
     relation = NEIGHBOURING_TEXT.get(p.neighbouring, p.neighbouring)
-    lines = [f"eps = {p.eps:.4g} at delta = {p.delta:g} (PLD, worst site {p.worst_client}, {p.releases} releases), "
-             f"{relation} neighbours (one record of one site)"]
+    lines = [f"eps = {p.eps:.4g} at delta = {p.delta:g} (PLD accountant; site {p.worst_client}, the one that spent most, "
+             f"{p.releases} releases); {relation} neighbours: one record of one site"]
     record = model.inference
     if record is not None and record.releases:
         from fdp_flower.inference.releases import INFERENCE_MECHANISMS
@@ -79,8 +79,8 @@ def _privacy_lines(model) -> list[str]:
 
         fit = PrivacyLedger([r for r in model.ledger.releases if r.mechanism not in INFERENCE_MECHANISMS])
         fit_eps = PrivacyReport.from_ledger(fit, delta=p.delta, mode="total", eps_budget=None).eps
-        lines.append(f"total budget {record.eps_total:g} shared: the fit alone eps = {fit_eps:.4g}, then 3 inference "
-                     f"releases per site (z = {', '.join(f'{z:.3g}' for z in record.multipliers)})")
+        lines.append(f"total budget {record.eps_total:g}: the fit alone eps = {fit_eps:.4g}, then 3 inference releases "
+                     f"per site (noise multipliers {', '.join(f'{z:.3g}' for z in record.multipliers)})")
     elif p.mode == "per_round":
         lines.append(f"eps = {p.eps_budget:g} per round (the rounds compose to the total above)")
     elif p.eps_budget is not None:
@@ -152,8 +152,12 @@ def model_summary(model, *, points=None, level: float = 0.95) -> ModelSummary:
         if s.gram_snr < GRAM_SNR_WARN:
             rows.append(("WARNING", f"the released Gram matrix's smallest eigenvalue is only {s.gram_snr:.3g} noise sds: "
                                     "intervals are approximate"))
+    import textwrap
+
     lines = [title.center(WIDTH), "=" * WIDTH]
-    lines += [f"{k:<18}{v}" for k, v in rows]
+    for k, v in rows:
+        wrapped = textwrap.wrap(v, WIDTH - 18) or [""]
+        lines += [f"{k:<18}{wrapped[0]}"] + [f"{'':<18}{rest}" for rest in wrapped[1:]]
     lines.append("=" * WIDTH)
     if band is not None:
         pct = f"{100 * level:g}%"

@@ -52,7 +52,9 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: - ``fdp_admm_primal``: FDP-ADMM's linearized primal (Zhou & Xiang 2022): 2G/(m (rho + 1/eta));
 #: - ``pr_admm_primal``, ``nfl_primal``: exact or linearized local solves with a
 #:   strongly convex data-independent part (Ding et al. 2019, Gauthier et al. 2023): V/(m eta |V_i|);
-#: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded.
+#: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded;
+#: - ``qr_scale_histogram``, ``qr_gram``, ``qr_window_fraction``: the inference releases after an
+#:   FDP-ADMM fit (fractions of residuals in bins, the Gram matrix of the clipped rows; docs/inference.md).
 #:
 #: A bare ``gaussian`` release has no known query, so it is not converted.
 NEIGHBOURING_FACTORS: dict[str, float] = {
@@ -61,6 +63,9 @@ NEIGHBOURING_FACTORS: dict[str, float] = {
     "pr_admm_primal": 1.0,
     "nfl_primal": 1.0,
     "fpca_covariance": 1.0,
+    "qr_scale_histogram": 1.0,
+    "qr_gram": 1.0,
+    "qr_window_fraction": 1.0,
 }
 
 
