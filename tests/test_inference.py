@@ -8,6 +8,7 @@ split against the PLD ledger, and what a band refuses.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -104,9 +105,9 @@ def test_fit_and_inference_meet_the_total_budget_by_pld(tmp_path):
     assert (mu_all**2 - mu_fit**2) / mu_all**2 == pytest.approx(releases.INFERENCE_SHARE, rel=0.02)
 
 
-# ---------------------------------------------------------------- the recursion model (eqs. (9.3), (9.4), (9.11))
+# ---------------------------------------------------------------- the recursion model (eqs. (9.4), (9.5), (9.12))
 class _LinearObjective:
-    """A data term that is exactly linear, f_i'(w) = D (w - w°) + b_i: the model under which (9.3)-(9.11) are exact."""
+    """A data term that is exactly linear, f_i'(w) = D (w - w°) + b_i: the model under which (9.4)-(9.12) are exact."""
 
     def __init__(self, hessian, center, offsets):
         self.hessian, self.center, self.offsets = hessian, center, offsets
@@ -137,7 +138,7 @@ def _simulate(hessian, center, eta, rho, rounds, sites, sigma, draws, seed):
 
 
 def test_recursion_covariances_match_the_update_functions():
-    """(9.4) and (9.11) in closed form against the project's own ADMM steps on exactly linear data terms over
+    """(9.5) and (9.12) in closed form against the project's own ADMM steps on exactly linear data terms over
     400 noise paths: the released tail average has mean (I - A) w° and variance sum_l B_l V_l B_l^T, and one
     site's linearization points spread (around their mean path) by Sigma_eval.  Tolerances: 5 Monte Carlo
     standard errors (of a mean, and of a variance: sqrt(2 / (draws - 1)) times it)."""
@@ -167,7 +168,7 @@ def test_recursion_covariances_match_the_update_functions():
 
 def test_the_stability_cap_keeps_an_estimated_hessian_past_the_limit_finite():
     """An estimated D whose eta' D exceeds 2 (the run itself was stable) is capped at the boundary: the
-    tail average's variance stays finite and at most ~1.5 times its value at eta' D = 1.9 (eq. (9.3))."""
+    tail average's variance stays finite and at most ~1.5 times its value at eta' D = 1.9 (eq. (9.4))."""
     w = bands.estimator_weights("tail_average", 80, 41)
     ones = np.ones(80)
     _, at_19 = bands.recursion_covariance(np.array([[1.9]]), ones, np.ones((80, 1, 1)), w)
@@ -210,3 +211,24 @@ def test_a_noisy_gram_near_zero_refuses_a_band_in_one_line():
         est.model_.confidence_band()
     assert "\n" not in str(info.value)
     assert "No standard errors: the released Gram matrix" in str(est.summary())
+
+
+def test_sites_that_overshoot_the_consensus_refuse_a_band_and_get_a_stable_step():
+    """eta' D above 1 + eta'/eta: the sites' deviation recursion (9.12) has spectral radius >= 1 (they
+    oscillate around the consensus, as the paper's design does at tau = 0.5 with step 3 in the intercept
+    direction); the band is refused, and the suggested constant step is stable."""
+    d = np.diag([0.84, 0.1, 0.02])  # the paper design's D at tau = 0.5, roughly: f(0) c0^2 leads
+    rounds = 10
+
+    def plan(step):
+        eta, rho = np.full(rounds, step), np.full(rounds, 0.1)
+        return NoisePlanSummary(1.0 / (rho + 1.0 / eta), np.zeros((rounds, 3, 3)), np.full(rounds, 0.1),
+                                np.zeros(3), eta, rho, np.zeros((rounds, 3, 3)), 5, 1.5)
+
+    with pytest.raises(InferenceError, match=r"the sites oscillate .* a constant step below ([0-9.]+) keeps") as info:
+        bands.check_sites_stable(d, plan(3.0))
+    suggested = float(re.search(r"step below ([0-9.]+)", str(info.value)).group(1))
+    assert 2.0 < suggested < 3.0
+    bands.check_sites_stable(d, plan(suggested))  # no error
+    radius = max(np.abs(np.linalg.eigvals(bands.site_transition(d, 3.0, 1 / (0.1 + 1 / 3.0), 0.1))))
+    assert radius >= 1.0
