@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fdp_flower.inference.bands import GRAM_SNR_WARN
-from fdp_flower.outputs.models import NEIGHBOURING_TEXT, PrivacyReport
+from fdp_flower.outputs.models import NEIGHBOURING_TEXT
 
 WIDTH = 86
 
@@ -75,10 +75,12 @@ def _privacy_lines(model) -> list[str]:
     record = model.inference
     if record is not None and record.releases:
         from fdp_flower.inference.releases import INFERENCE_MECHANISMS
-        from fdp_flower.privacy import PrivacyLedger
+        from fdp_flower.privacy.calibration import analytic_gaussian_epsilon, composed_mu
 
-        fit = PrivacyLedger([r for r in model.ledger.releases if r.mechanism not in INFERENCE_MECHANISMS])
-        fit_eps = PrivacyReport.from_ledger(fit, delta=p.delta, mode="total", eps_budget=None).eps
+        # the fit's releases of the same site: Gaussians compose exactly into one (its exact eps, no PLD grid)
+        fit = [r.noise_multiplier for r in model.ledger.releases
+               if r.client == p.worst_client and r.mechanism not in INFERENCE_MECHANISMS]
+        fit_eps = analytic_gaussian_epsilon(composed_mu(fit), p.delta)
         lines.append(f"total budget {record.eps_total:g}: the fit alone eps = {fit_eps:.4g}, then 3 inference releases "
                      f"per site (noise multipliers {', '.join(f'{z:.3g}' for z in record.multipliers)})")
     elif p.mode == "per_round":
