@@ -154,7 +154,7 @@ def draw(design_name: str, seed: int, n: int, tau: float):
 
 def target(design_name: str, model, tau: float) -> np.ndarray:
     """w°: the population quantile regression on the fit's rows (module docstring)."""
-    from fdp_flower.algorithms.fdp_admm.plan import client_features
+    from fdp_flower.algorithms.fdp_admm.site import site_features
     from fdp_flower.functional.design import CurveData, get_design
 
     d = get_design(DESIGNS[design_name]["design"])
@@ -165,7 +165,7 @@ def target(design_name: str, model, tau: float) -> np.ndarray:
         rng = np.random.default_rng(np.random.SeedSequence(987_654, spawn_key=(c,)))
         a, _ = d.draw(rng, chunk)
         curves = DESIGNS[design_name]["curve_scale"] * (a @ d.functions(GRID, a.shape[1]))
-        features, _ = client_features(model.scenario, model.basis, CurveData(curves, np.zeros(chunk), GRID))
+        features, _ = site_features(model.scenario, model.basis, CurveData(curves, np.zeros(chunk), GRID))
         rows.append(features)
         means.append(signal(design_name, a, curves) - d.error_quantile(tau))
     a = np.vstack(rows)

@@ -97,7 +97,7 @@ def test_fit_and_inference_meet_the_total_budget_by_pld(tmp_path):
     assert set(releases.INFERENCE_MECHANISMS) <= set(p.mechanisms)
     per_site = [r for r in model.ledger.releases if r.client == 0]
     assert len(per_site) == 10 + 3
-    fit_only = [r for r in per_site if r.mechanism == "fdp_admm_primal"]
+    fit_only = [r for r in per_site if r.mechanism == "fdp_admm_subgradient"]
     from fdp_flower.privacy.calibration import composed_mu
 
     mu_fit, mu_all = composed_mu([r.noise_multiplier for r in fit_only]), composed_mu([r.noise_multiplier
@@ -106,33 +106,34 @@ def test_fit_and_inference_meet_the_total_budget_by_pld(tmp_path):
 
 
 # ---------------------------------------------------------------- the recursion model (eqs. (9.4), (9.5), (9.12))
-class _LinearObjective:
+def _linear_gradient(hessian, center, offsets):
     """A data term that is exactly linear, f_i'(w) = D (w - w°) + b_i: the model under which (9.4)-(9.12) are exact."""
-
-    def __init__(self, hessian, center, offsets):
-        self.hessian, self.center, self.offsets = hessian, center, offsets
-
-    def local_subgradient(self, w, features, response, mask=None):
-        return (w - self.center) @ self.hessian.T + self.offsets
+    return lambda w: (w - center) @ hessian.T + offsets
 
 
-def _simulate(hessian, center, eta, rho, rounds, sites, sigma, draws, seed):
-    """The project's client step and server step (fdp_flower.algorithms.fdp_admm.update) on linear data terms,
-    over ``draws`` noise paths: every round's global iterate and site 0's release (draws, rounds, p)."""
-    from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, client_primal_step
+def _simulate(hessian, center, eta, rho, rounds, sites, sigma_descent, draws, seed):
+    """The project's protocol steps (fdp_flower.algorithms.fdp_admm.update) on linear data terms, over ``draws``
+    noise paths: each site releases its noisy descent term -f_i'(wt_i) + sigma_descent z (eq. (1.3)), the server
+    takes the affine primal step (1.2) and the consensus step (1.4)-(1.5); every round's global iterate and
+    site 0's linearization point (draws, rounds, p)."""
+    from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective, server_primal_step
+    from fdp_flower.core.losses import QuantileLoss
+    from fdp_flower.core.penalties import Penalty
 
     p = hessian.shape[0]
     rng = np.random.default_rng(seed)
     offsets = rng.standard_normal((sites, p)) * 0.05
-    objective = _LinearObjective(hessian, center, offsets - offsets.mean(axis=0))
+    gradient = _linear_gradient(hessian, center, offsets - offsets.mean(axis=0))
+    objective = Objective(QuantileLoss(0.5), Penalty("none"), 0.0, sites)
     globals_, points = np.zeros((draws, rounds, p)), np.zeros((draws, rounds, p))
     for k in range(draws):
         state = FDPADMMState.initial(sites, p)
         for l in range(rounds):
-            primals = client_primal_step(objective=objective, noisy_primal=state.noisy_primals,
-                                         global_w=state.global_w[None, :], dual=state.duals, features=None,
-                                         response=None, eta=eta[l], rho=rho[l])
-            state = state.advance(primals + sigma * rng.standard_normal(primals.shape), rho[l])
+            descent = -gradient(state.noisy_primals) + sigma_descent * rng.standard_normal((sites, p))
+            primals = server_primal_step(objective=objective, noisy_primal=state.noisy_primals,
+                                         global_w=state.global_w[None, :], dual=state.duals, descent=descent,
+                                         eta=eta[l], rho=rho[l])
+            state = state.advance(primals, rho[l])
             globals_[k, l], points[k, l] = state.global_w, state.noisy_primals[0]
     return globals_, points
 
@@ -140,20 +141,21 @@ def _simulate(hessian, center, eta, rho, rounds, sites, sigma, draws, seed):
 def test_recursion_covariances_match_the_update_functions():
     """(9.5) and (9.12) in closed form against the project's own ADMM steps on exactly linear data terms over
     400 noise paths: the released tail average has mean (I - A) w° and variance sum_l B_l V_l B_l^T, and one
-    site's linearization points spread (around their mean path) by Sigma_eval.  Tolerances: 5 Monte Carlo
-    standard errors (of a mean, and of a variance: sqrt(2 / (draws - 1)) times it)."""
-    rounds, sites, sigma, draws = 40, 4, 0.05, 400
+    site's linearization points spread (around their mean path) by Sigma_eval.  The sites release their descent
+    terms with noise sigma_g; the primal noise the recursion sees is sigma_g eta' (eq. (1.2)).  Tolerances: 5
+    Monte Carlo standard errors (of a mean, and of a variance: sqrt(2 / (draws - 1)) times it)."""
+    rounds, sites, sigma_descent, draws = 40, 4, 0.05 / 2.5, 400
     hessian = np.array([[0.5, 0.05, 0.0], [0.05, 0.08, 0.01], [0.0, 0.01, 0.03]])
     center = np.array([1.0, -0.5, 0.8])
     eta, rho = np.full(rounds, 3.0), np.full(rounds, 0.1)
     weights = bands.estimator_weights("tail_average", rounds, 21)
     eta_prime = 1.0 / (rho + 1.0 / eta)
-    v = np.full(rounds, sigma**2)
+    v = (sigma_descent * eta_prime)**2  # one site's primal noise variance per coordinate
     plan = NoisePlanSummary(eta_prime, (v / sites)[:, None, None] * np.eye(3)[None], weights, np.zeros(3), eta, rho,
                             v[:, None, None] * np.eye(3)[None], sites, 0.0)
     transient, noise = bands.recursion_covariance(hessian, eta_prime, plan.noise_covariances, weights)
     spread = bands.evaluation_covariance(hessian, plan)
-    globals_, points = _simulate(hessian, center, eta, rho, rounds, sites, sigma, draws, seed=7)
+    globals_, points = _simulate(hessian, center, eta, rho, rounds, sites, sigma_descent, draws, seed=7)
     estimates = globals_.transpose(0, 2, 1) @ weights
     mean_se = np.sqrt(np.diag(noise) / draws)
     np.testing.assert_array_less(np.abs(estimates.mean(axis=0) - (np.eye(3) - transient) @ center), 5 * mean_se)
@@ -163,7 +165,7 @@ def test_recursion_covariances_match_the_update_functions():
     empirical = np.einsum("l,klp,klq->pq", np.r_[weights[1:], 0.0], centred, centred) / (draws - 1)
     np.testing.assert_array_less(np.abs(np.diag(empirical) - np.diag(spread)), 5 * np.sqrt(2.0 / draws)
                                  * np.diag(spread))
-    assert not np.allclose(np.diag(spread), sigma**2, rtol=0.2)  # the spread is not the noise alone
+    assert not np.allclose(np.diag(spread), v[0], rtol=0.2)  # the spread is not the noise alone
 
 
 def test_the_stability_cap_keeps_an_estimated_hessian_past_the_limit_finite():
@@ -232,3 +234,25 @@ def test_sites_that_overshoot_the_consensus_refuse_a_band_and_get_a_stable_step(
     bands.check_sites_stable(d, plan(suggested))  # no error
     radius = max(np.abs(np.linalg.eigvals(bands.site_transition(d, 3.0, 1 / (0.1 + 1 / 3.0), 0.1))))
     assert radius >= 1.0
+
+
+def test_plan_noise_covariances_are_the_primal_noise_of_the_released_descent_terms():
+    """The ledger records each site's descent-term release (sigma_g = z_l 2G/m_i); the recursion needs the noise
+    of the primal iterate, sigma_g eta'_{l,i} (eq. (1.2)): V_l = (1/M^2) sum_i (z_l 2G / (m_i (rho + 1/eta_i)))^2 S^2,
+    as the noise plan's own primal calibration gives it."""
+    from fdp_flower.algorithms.fdp_admm.plan import noise_plan
+    from fdp_flower.inference.fdp_admm import noise_shape, plan_summary
+
+    data = design.simulate_slice(2, 0, 1500, tau=0.5, grid=GRID)
+    model = fdp_flower.fit(data.curves, data.response, eps=1.0, n_clients=3, n_components=3, rounds=6, seed=4,
+                           grid=GRID, reference=False)
+    assert {r.mechanism for r in model.ledger.releases} == {"fdp_admm_subgradient"}
+    plan = noise_plan(model.scenario, model.basis)
+    sizes = np.asarray(model.sample_sizes, dtype=float)
+    s = noise_shape(model.scenario, model.basis)
+    shape = np.ones(model.w.size) if s is None else np.asarray(s, dtype=float)
+    summary = plan_summary(model)
+    for l in range(1, 7):
+        _, _, sigma_primal = plan.release(l, sizes)
+        expected = np.sum(sigma_primal**2) / sizes.size**2 * np.diag(shape**2)
+        np.testing.assert_allclose(summary.noise_covariances[l - 1], expected, rtol=1e-10)

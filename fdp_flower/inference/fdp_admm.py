@@ -21,7 +21,12 @@ from fdp_flower.inference.bands import (
 )
 from fdp_flower.inference.releases import SiteRows, site_rows
 
-FIT_MECHANISM = "fdp_admm_primal"
+#: The fit's release: the site's noisy descent term -g_i + sigma_g,i S z (descent-term units,
+#: sigma_g = z_l 2G/m_i; eq. (1.3)), whose noise reaches the primal iterate times eta'_{l,i} (eq. (1.2)).
+FIT_MECHANISM = "fdp_admm_subgradient"
+#: The same release as results written before the site released its descent term recorded it: sigma already
+#: in primal units, z_l 2G / (m_i (rho + 1/eta_i^l)).
+LEGACY_FIT_MECHANISM = "fdp_admm_primal"
 
 
 def row_bound(scenario) -> float:
@@ -44,12 +49,12 @@ def inference_round(scenario) -> int:
 def site_rows_of(model, curves: np.ndarray, response: np.ndarray) -> SiteRows:
     """A site's rows as in training (basis scores, clipped, intercept column) in the noise shape's units and
     its residuals at the model's released estimate ``model.w`` (responses minus the public offset)."""
-    from fdp_flower.algorithms.fdp_admm.plan import client_features
+    from fdp_flower.algorithms.fdp_admm.site import site_features
     from fdp_flower.functional.design import CurveData
 
     sc = model.scenario
     data = CurveData(np.asarray(curves, dtype=float), np.asarray(response, dtype=float), model.basis.grid)
-    features, _ = client_features(sc, model.basis, data)
+    features, _ = site_features(sc, model.basis, data)
     offset = float(getattr(sc.data, "response_offset", 0.0))
     return site_rows(features, data.response - offset, model.w, scales=noise_shape(sc, model.basis),
                      bound=row_bound(sc))
@@ -81,9 +86,16 @@ def plan_summary(model) -> NoisePlanSummary:
     s = noise_shape(sc, model.basis)
     shape = np.ones(dim) if s is None else np.asarray(s, dtype=float)
     num_clients = int(sc.federation.num_clients)
-    variance = np.zeros(rounds)
+    variance = np.zeros(rounds)  # sum over the sites of the primal noise's sigma^2, per round
     for r in model.ledger.releases:
-        if r.mechanism == FIT_MECHANISM and 1 <= r.round <= rounds:
+        if not 1 <= r.round <= rounds:
+            continue
+        if r.mechanism == FIT_MECHANISM:
+            if not 0 <= r.client < sizes.size:
+                raise ValueError(f"the ledger names client {r.client}, but the model knows {sizes.size} sites")
+            step = float(np.asarray(plan.step_size(r.round, sizes[r.client])).reshape(-1)[0])
+            variance[r.round - 1] += (r.sigma / (rho[r.round - 1] + 1.0 / step))**2
+        elif r.mechanism == LEGACY_FIT_MECHANISM:
             variance[r.round - 1] += r.sigma**2
     covariances = (variance / num_clients**2)[:, None, None] * np.diag(shape**2)[None]
     weights = estimator_weights(sc.algorithm.estimator.kind, rounds, tail_start(sc))
