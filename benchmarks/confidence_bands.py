@@ -292,9 +292,16 @@ def _read(path: Path) -> list[dict]:
 
 def report(rows: list[dict], out: Path, elapsed: float | None) -> str:
     """The coverage table (Markdown) of the recorded runs."""
+    counts: dict = {}
+    for r in rows:
+        if r["eps"] != "none":
+            counts[(r["design"], r["tau"], r["eps"])] = counts.get((r["design"], r["tau"], r["eps"]), 0) + 1
+    reps = max(1, min(counts.values(), default=1))
     lines = ["# Coverage of the private confidence bands", "",
              f"Nominal level {LEVEL:.0%}; n = {N_SAMPLES} curves on {GRID.size} grid points, M = {N_SITES} sites; "
-             "each cell's coverage is over its repetitions (Monte Carlo SE at 200 repetitions and 95%: 1.5 points).  "
+             "each cell's coverage is over its repetitions (the Monte Carlo SE of a 95% coverage: "
+             f"{100 * math.sqrt(LEVEL * (1 - LEVEL) / reps):.1f} points at the {reps} repetitions of the smallest "
+             "private cell; 1.5 points at 200).  "
              "Pointwise: the mean over the grid of the fraction of repetitions whose pointwise band covers beta°(t); "
              "simultaneous: the fraction whose simultaneous band covers beta° on the whole grid; intercept: the "
              "fraction whose interval covers alpha°.  Widths: the mean over the grid of the band's width, and its "
