@@ -39,6 +39,7 @@ from fdp_flower.outputs.models import (
 )
 
 from fdp_flower.outputs.model_files import load_model as load  # noqa: E402  (model.save's counterpart)
+from fdp_flower.privacy.accountant import BudgetExceeded, PrivacyAccountant  # noqa: E402,F401  (re-exported)
 
 __all__ = ["fit", "fit_gradient", "fit_p2p", "load", "load_results", "FunctionalModel", "TabularModel",
            "PrivacyReport"]
@@ -291,7 +292,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         basis_eps: float | None = None, basis_delta: float | None = None, seed: int = 0,
         noise_source: str = "seeded",
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
-        reference: bool = True, progress=False, name: str = "fit") -> FunctionalModel:
+        reference: bool = True, progress=False, name: str = "fit", accountant=None) -> FunctionalModel:
     """Fit a differentially private functional quantile regression by FDP-ADMM.
 
     Q_tau(y | X) = intercept + int beta(t) X(t) dt, with the rows split over simulated clients
@@ -350,6 +351,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     data_dir : path or None
         Write one file per client there and fit from the files (default: None, the arrays are passed to the
         engine in memory and nothing is written).
+    accountant : PrivacyAccountant or None
+        The data set's budget across fits (:class:`fdp_flower.PrivacyAccountant`): the fit is refused before it
+        trains (:class:`~fdp_flower.privacy.accountant.BudgetExceeded`) if its planned releases would take the
+        data set's composed eps past the accountant's total, and its releases are charged to it after.
     reference : bool
         Solve the exact non-private problem on the pooled rows for the history's objective gap
         (default: True).
@@ -414,13 +419,32 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
         scenario = _parse(parse_scenario, data, "fit()")
+        label = f"{name}(tau={float(tau):g}, lam={float(lam):g}, eps={'None' if eps is None else format(eps, 'g')})"
+        if accountant is not None:
+            accountant.check(label, planned_multipliers(scenario))
         if data_dir is None:
             source = data_source(scenario, clients)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
         result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
         if out is not None:
             write_results(result, out)
-        return FunctionalModel.from_run(result)
+        model = FunctionalModel.from_run(result)
+        if accountant is not None:
+            accountant.charge(label, model.ledger)
+        return model
+
+
+def planned_multipliers(scenario) -> list[float] | None:
+    """The noise multipliers every client of an FDP-ADMM scenario will release with, known before it trains
+    (the noise plan's z_l of every round, and the federated DP-FPCA summary's when the basis is private); None
+    without privacy."""
+    from fdp_flower.algorithms.fdp_admm.plan import NoisePlan
+
+    plan = NoisePlan(scenario, 1)
+    z = plan.noise_multipliers
+    if z is None:
+        return None
+    return [float(v) for v in z] + ([] if plan.basis_multiplier is None else [float(plan.basis_multiplier)])
 
 
 # ---------------------------------------------------------------- tabular inputs

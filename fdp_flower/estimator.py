@@ -101,6 +101,10 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
     random_state : int
         Seeds the split over sites, the basis phase and the noise (default: 0).  With
         ``noise_source="seeded"`` the fit is reproducible; a private fit is otherwise random.
+    accountant : PrivacyAccountant or None
+        The data set's budget across fits (:class:`fdp_flower.PrivacyAccountant`; default: None).  Every ``fit``
+        is checked against it before training (refused with ``BudgetExceeded`` past its total) and charged to
+        it after; ``clone`` and ``GridSearchCV`` (``n_jobs=1``) share it, so a search spends from one budget.
 
     Attributes
     ----------
@@ -124,7 +128,7 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
                  clip_shape: str = "sphere", fit_intercept: bool = True, intercept_share: float = 0.5,
                  response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, rounds: int | None = None,
                  estimator: str | None = None, basis_eps: float | None = None, basis_delta: float | None = None,
-                 noise_source: str = "seeded", grid=None, random_state: int = 0):
+                 noise_source: str = "seeded", grid=None, random_state: int = 0, accountant=None):
         self.quantile = quantile
         self.alpha = alpha
         self.penalty = penalty
@@ -149,6 +153,7 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         self.noise_source = noise_source
         self.grid = grid
         self.random_state = random_state
+        self.accountant = accountant
 
     # ------------------------------------------------------------ scikit-learn plumbing
     def __sklearn_tags__(self):
@@ -217,6 +222,13 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         eps_fit = self._check_parameters()
         values, response, grid = self._validated(X, y, fitting=True)
         n_clients = None if client_ids is not None else int(self.n_clients)
+        label = f"FDPQuantileRegressor(quantile={self.quantile}, alpha={self.alpha:g}, eps={self.eps})"
+        if self.accountant is not None:
+            # in total mode the fit (and its inference releases) compose to exactly (eps, delta): one Gaussian
+            from fdp_flower.privacy.calibration import target_mu
+
+            self.accountant.check(label, None if self.eps is None
+                                  else [1.0 / target_mu(float(self.eps), float(self.delta))])
         model = fdp_flower.fit(
             values, response, grid=grid, tau=self.quantile, eps=eps_fit, delta=self.delta, n_clients=n_clients,
             client_ids=client_ids, penalty=self.penalty if self.alpha > 0 else "none",
@@ -232,6 +244,8 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
             record = run_inference(model, _site_parts(values, response, model, client_ids),
                                    eps_total=None if self.eps is None else float(self.eps))
             model = model.with_inference(record)
+        if self.accountant is not None:
+            self.accountant.charge(label, model.ledger)
         self.model_ = model
         self.grid_ = model.grid
         self.coef_ = model.beta_hat
