@@ -420,8 +420,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         }
         scenario = _parse(parse_scenario, data, "fit()")
         label = f"{name}(tau={float(tau):g}, lam={float(lam):g}, eps={'None' if eps is None else format(eps, 'g')})"
+        noise_key = None if noise_source == "os_entropy" else ("seeded", int(seed))
         if accountant is not None:
-            accountant.check(label, planned_multipliers(scenario))
+            accountant.check(label, planned_multipliers(scenario), noise_key)
         if data_dir is None:
             source = data_source(scenario, clients)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
@@ -430,7 +431,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             write_results(result, out)
         model = FunctionalModel.from_run(result)
         if accountant is not None:
-            accountant.charge(label, model.ledger)
+            accountant.charge(label, model.ledger, noise_key)
         return model
 
 

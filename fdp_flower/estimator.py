@@ -105,6 +105,8 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         The data set's budget across fits (:class:`fdp_flower.PrivacyAccountant`; default: None).  Every ``fit``
         is checked against it before training (refused with ``BudgetExceeded`` past its total) and charged to
         it after; ``clone`` and ``GridSearchCV`` (``n_jobs=1``) share it, so a search spends from one budget.
+        Fits that share an accountant need independent noise: with ``noise_source="seeded"`` a second fit with
+        the same ``random_state`` is refused (use ``noise_source="os_entropy"`` for a search).
 
     Attributes
     ----------
@@ -227,8 +229,9 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
             # in total mode the fit (and its inference releases) compose to exactly (eps, delta): one Gaussian
             from fdp_flower.privacy.calibration import target_mu
 
+            noise_key = None if self.noise_source == "os_entropy" else ("seeded", int(self.random_state))
             self.accountant.check(label, None if self.eps is None
-                                  else [1.0 / target_mu(float(self.eps), float(self.delta))])
+                                  else [1.0 / target_mu(float(self.eps), float(self.delta))], noise_key)
         model = fdp_flower.fit(
             values, response, grid=grid, tau=self.quantile, eps=eps_fit, delta=self.delta, n_clients=n_clients,
             client_ids=client_ids, penalty=self.penalty if self.alpha > 0 else "none",
@@ -245,7 +248,7 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
                                    eps_total=None if self.eps is None else float(self.eps))
             model = model.with_inference(record)
         if self.accountant is not None:
-            self.accountant.charge(label, model.ledger)
+            self.accountant.charge(label, model.ledger, noise_key)
         self.model_ = model
         self.grid_ = model.grid
         self.coef_ = model.beta_hat

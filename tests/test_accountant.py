@@ -33,7 +33,8 @@ def _eps_of_fits(k: int, eps_each: float) -> float:
 
 def test_fits_compose_by_pld_and_the_fit_past_the_total_is_refused_before_training(data, monkeypatch):
     """Two fits at eps = 1 each spend the composition of both ledgers' most-spending sites (not 2); a third that
-    would pass the total is refused before any round runs, and nothing is charged for it."""
+    would pass the total is refused before any round runs, and nothing is charged for it; so is a non-private
+    fit, and a fit that would reuse a charged fit's seeded noise (however small its eps)."""
     acc = PrivacyAccountant(_eps_of_fits(2, 1.0), DELTA)
     m1 = fdp_flower.fit(data.curves, data.response, eps=1.0, lam=0.01, seed=1, accountant=acc, **FAST)
     m2 = fdp_flower.fit(data.curves, data.response, eps=1.0, lam=0.1, seed=2, accountant=acc, **FAST)
@@ -54,6 +55,8 @@ def test_fits_compose_by_pld_and_the_fit_past_the_total_is_refused_before_traini
     assert len(acc.fits) == 2
     with pytest.raises(BudgetExceeded, match="without privacy"):
         fdp_flower.fit(data.curves, data.response, eps=None, accountant=acc, **FAST)
+    with pytest.raises(BudgetExceeded, match=r"same seeded noise \('seeded', 2\)"):
+        fdp_flower.fit(data.curves, data.response, eps=1e-3, seed=2, accountant=acc, **FAST)
 
 
 def test_largest_fit_is_what_one_more_fit_may_spend():
@@ -83,9 +86,10 @@ def test_one_accountant_is_one_budget_never_a_copy():
 def test_grid_search_over_alpha_refuses_at_the_total_and_its_ledger_shows_every_fit(data):
     """GridSearchCV(3 alphas x 2 folds + refit) with eps = 1 per fit and a total of 4 fits' composition: four fits
     run and are charged, the fifth is refused before training (error_score='raise' surfaces the refusal); with
-    scikit-learn's default error_score the refused fits are reported failed and the final refit is refused."""
+    scikit-learn's default error_score the refused fits are reported failed and the final refit is refused.  The
+    noise comes from the OS (one random_state for every fit of a search would reuse seeded noise: refused)."""
     est = fdp_flower.FDPQuantileRegressor(eps=1.0, inference_share=None, n_clients=2, n_components=3, rounds=5,
-                                         grid=GRID)
+                                         grid=GRID, noise_source="os_entropy")
     total = _eps_of_fits(4, 1.0)
     acc = PrivacyAccountant(total, DELTA)
     search = GridSearchCV(est.set_params(accountant=acc), {"alpha": [0.0, 0.01, 0.1]}, cv=2, error_score="raise")
@@ -105,3 +109,12 @@ def test_grid_search_over_alpha_refuses_at_the_total_and_its_ledger_shows_every_
         search.fit(data.curves, data.response)
     assert any("BudgetExceeded" in str(w.message) for w in caught)
     assert len(acc2.fits) == 4 and acc2.spent <= total * (1 + 1e-4)
+
+
+def test_a_search_with_one_seeded_random_state_is_refused_at_its_second_fit(data):
+    acc = PrivacyAccountant(100.0, DELTA)
+    est = fdp_flower.FDPQuantileRegressor(eps=1.0, inference_share=None, n_clients=2, n_components=3, rounds=5,
+                                         grid=GRID, accountant=acc)
+    with pytest.raises(BudgetExceeded, match="same seeded noise"):
+        GridSearchCV(est, {"alpha": [0.0, 0.1]}, cv=2, error_score="raise").fit(data.curves, data.response)
+    assert len(acc.fits) == 1

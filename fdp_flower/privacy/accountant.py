@@ -15,6 +15,11 @@ of the site that spent most (its mu_f), and reports eps by PLD (``dp_accounting`
 :func:`~fdp_flower.privacy.ledger.pld_epsilon`) of them all.  The bound is exact when a record's site spends the
 most in every fit (equal sites).
 
+Independent noise.  Composition assumes every release draws fresh noise.  With ``noise_source="seeded"`` a fit's
+noise is a function of its seed, client and round: two fits with the same seed on the same data add the SAME noise
+to two queries, and their difference is released without any.  The accountant therefore refuses a seeded fit whose
+seed it has already charged (give each fit its own seed, or ``noise_source="os_entropy"``).
+
 The accountant is a handle on one budget: copying it would duplicate the budget, so ``copy.copy`` and
 ``copy.deepcopy`` (scikit-learn's ``clone``) return the same accountant, and it refuses to be pickled (a worker
 process of ``GridSearchCV(n_jobs > 1)`` would charge a copy that the others never see).
@@ -81,6 +86,7 @@ class PrivacyAccountant:
         self.delta = float(delta)
         self._releases: list[GaussianRelease] = []
         self._fits: list[AccountedFit] = []
+        self._noise_keys: set = set()
 
     # a handle on one budget: never duplicated
     def __copy__(self):
@@ -119,9 +125,16 @@ class PrivacyAccountant:
         return [GaussianRelease(0, t + 1, 1.0, float(z), mechanism="accounted") for t, z in enumerate(multipliers)]
 
     # ------------------------------------------------------------ spending
-    def check(self, name: str, multipliers: Sequence[float] | None) -> float:
+    def check(self, name: str, multipliers: Sequence[float] | None, noise_key=None) -> float:
         """The data set's eps if a fit releasing Gaussians of noise multipliers ``multipliers`` (its most-spending
-        site's; None: no noise at all) ran now; raises :class:`BudgetExceeded` if it passes ``eps_total``."""
+        site's; None: no noise at all) ran now; raises :class:`BudgetExceeded` if it passes ``eps_total``, or if
+        ``noise_key`` (what determines a seeded fit's noise, e.g. ``("seeded", seed)``; None: fresh entropy) was
+        charged before: the two fits would add the same noise."""
+        if noise_key is not None and noise_key in self._noise_keys:
+            raise BudgetExceeded(f"{name}: refused: a fit with the same seeded noise {noise_key} was charged before; "
+                                 "the two would add the same noise to two queries of the same records, so their "
+                                 "difference is released exactly (give every fit its own seed / random_state, or "
+                                 "noise_source='os_entropy')")
         if multipliers is None:
             raise BudgetExceeded(f"{name}: a fit without privacy (eps=None) releases its data without noise: its "
                                  f"eps is unbounded and the accountant's total {self.eps_total:g} would be exceeded")
@@ -132,11 +145,13 @@ class PrivacyAccountant:
                                  f"{self.eps_total:g} ({len(self._fits)} fits so far)")
         return after
 
-    def charge(self, name: str, ledger) -> AccountedFit:
+    def charge(self, name: str, ledger, noise_key=None) -> AccountedFit:
         """Record a fit that ran: ``ledger`` (a :class:`~fdp_flower.privacy.ledger.PrivacyLedger` or a sequence of
         :class:`~fdp_flower.privacy.ledger.GaussianRelease`) holds its releases; the most-spending site's are
         kept.  The fit ran, so its releases are recorded even past the total (the check is :meth:`check`)."""
         releases = list(getattr(ledger, "releases", ledger))
+        if noise_key is not None:
+            self._noise_keys.add(noise_key)
         by_client: dict[int, list[float]] = {}
         for r in releases:
             if r.sensitivity > 0:
