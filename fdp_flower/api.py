@@ -292,7 +292,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         basis_eps: float | None = None, basis_delta: float | None = None, seed: int = 0,
         noise_source: str = "seeded",
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
-        reference: bool = True, progress=False, name: str = "fit", accountant=None) -> FunctionalModel:
+        reference: bool = True, progress=False, name: str = "fit", accountant=None,
+        noncrossing: bool = True) -> FunctionalModel:
     """Fit a differentially private functional quantile regression by FDP-ADMM.
 
     Q_tau(y | X) = intercept + int beta(t) X(t) dt, with the rows split over simulated clients
@@ -308,8 +309,11 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         The responses (None: the DataFrame's ``response`` column).
     grid : (G,) array or None
         The grid of an array input (default: G equispaced points on [0, 1]).
-    tau : float
-        Quantile level (default: 0.5).
+    tau : float or sequence of floats
+        Quantile level (default: 0.5).  Several levels (e.g. ``[0.1, 0.5, 0.9]``) are fitted on the same sites
+        and basis with one budget: every level's fit gets the Gaussian share mu / sqrt(Q) of (eps, delta), so all
+        the releases compose (PLD) to (eps, delta); returns a
+        :class:`~fdp_flower.outputs.quantiles.QuantileModels` (one model per level, the combined ledger).
     eps, delta : float
         Privacy budget (defaults: 1.0, 1e-5); ``eps=None`` runs F-ADMM without noise.
     privacy : {"total", "per_round"}
@@ -355,6 +359,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         The data set's budget across fits (:class:`fdp_flower.PrivacyAccountant`): the fit is refused before it
         trains (:class:`~fdp_flower.privacy.accountant.BudgetExceeded`) if its planned releases would take the
         data set's composed eps past the accountant's total, and its releases are charged to it after.
+    noncrossing : bool
+        Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
+        Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).
     reference : bool
         Solve the exact non-private problem on the pooled rows for the history's objective gap
         (default: True).
@@ -375,6 +382,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     from fdp_flower.functional.sources import curves_digest
     from fdp_flower.outputs.results import write_results
 
+    if not isinstance(tau, (int, float, np.integer, np.floating)) or isinstance(tau, bool):
+        arguments = dict(locals())
+        return _fit_quantiles(arguments)
     check_run_arguments(eps=eps, seed=seed, out=out)
     values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
                                                          client_column=client_column)
@@ -433,6 +443,70 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         if accountant is not None:
             accountant.charge(label, model.ledger, noise_key)
         return model
+
+
+def quantile_levels(tau) -> list[float]:
+    """The increasing, distinct levels in (0, 1) of a sequence ``tau`` (one ValueError line otherwise)."""
+    try:
+        levels = [float(t) for t in tau]
+    except (TypeError, ValueError):
+        raise InputError(f"tau: expected a number in (0, 1) or a sequence of them, got {tau!r}") from None
+    if not levels or not all(math.isfinite(t) and 0 < t < 1 for t in levels):
+        raise InputError(f"tau: expected levels in (0, 1), got {tau!r}")
+    if len(set(levels)) != len(levels):
+        raise InputError(f"tau: the levels must be distinct, got {tau!r}")
+    return sorted(levels)
+
+
+def noise_seed(seed: int, level: int) -> int:
+    """The seed of the ``level``-th fit of a several-quantile fit: independent noise for every level (the
+    seeded noise is a function of the seed, the client and the round)."""
+    return int(np.random.SeedSequence([int(seed), int(level)]).generate_state(1, dtype=np.uint32)[0])
+
+
+def _fit_quantiles(arguments: dict):
+    """``fit`` at several levels (see its ``tau``): one split and one basis, the budget split in equal Gaussian
+    shares, independent noise per level; the accountant, if any, checks the whole before the first fit."""
+    from fdp_flower.outputs.quantiles import quantile_models
+    from fdp_flower.privacy.calibration import analytic_gaussian_epsilon, target_mu
+
+    import inspect
+
+    a = {k: arguments[k] for k in inspect.signature(fit).parameters}
+    levels = quantile_levels(a["tau"])
+    eps, delta = a["eps"], a["delta"]
+    check_run_arguments(eps=eps, seed=a["seed"], out=None)
+    if a["out"] is not None:
+        raise InputError("out: a several-quantile fit has no single results directory; save each model of the "
+                         "result (result[tau].save(path))")
+    if eps is not None and a["privacy"] != "total":
+        raise InputError("privacy: several quantile levels share one total budget: use privacy='total'")
+    values, response_values, grid, labels = curve_inputs(a["curves"], a["y"], grid=a["grid"], response=a["response"],
+                                                         client_column=a["client_column"])
+    if labels is not None and a["client_ids"] is not None:
+        raise InputError("give client_ids or client_column, not both")
+    parts, _ = client_partition(len(response_values), n_clients=a["n_clients"],
+                                client_ids=labels if labels is not None else a["client_ids"], seed=a["seed"])
+    sites = np.empty(len(response_values), dtype=int)
+    for i, rows in enumerate(parts):
+        sites[rows] = i
+    mu_total = None if eps is None else target_mu(float(eps), float(delta))
+    eps_level = None if eps is None else analytic_gaussian_epsilon(mu_total / math.sqrt(len(levels)), float(delta))
+    accountant = a["accountant"]
+    label = f"{a['name']}(tau={levels}, lam={float(a['lam']):g}, eps={'None' if eps is None else format(eps, 'g')})"
+    if accountant is not None:  # the whole before the first fit: a refusal spends nothing
+        accountant.check(label, None if eps is None else [1.0 / mu_total])
+    models = []
+    for q, level in enumerate(levels):
+        kwargs = {k: v for k, v in a.items() if k not in ("curves", "y", "grid", "tau", "eps", "n_clients",
+                                                          "client_ids", "client_column", "response", "seed",
+                                                          "basis", "noncrossing")}
+        basis = a["basis"] if q == 0 or isinstance(a["basis"], str) and a["basis"] in FIXED_BASES \
+            else models[0].basis
+        models.append(fit(values, response_values, grid=grid, tau=level, eps=eps_level, n_clients=None,
+                          client_ids=sites, seed=noise_seed(a["seed"], q), basis=basis, **kwargs))
+    return quantile_models(levels, models, delta=float(delta), mode=None if eps is None else "total",
+                           eps_budget=None if eps is None else float(eps), noncrossing=a["noncrossing"])
 
 
 def planned_multipliers(scenario) -> list[float] | None:

@@ -70,8 +70,12 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
 
     Parameters
     ----------
-    quantile : float
-        The quantile level tau (scikit-learn's ``QuantileRegressor`` name; default: 0.5).
+    quantile : float or sequence of floats
+        The quantile level tau (scikit-learn's ``QuantileRegressor`` name; default: 0.5).  Several levels (e.g.
+        ``[0.1, 0.5, 0.9]``) share the budget (each level's fit and inference get mu / sqrt(Q) of the total's
+        Gaussian mu; :func:`fdp_flower.fit`): ``predict`` returns (n, Q) rearranged so that the quantiles never
+        cross, ``coef_`` holds Q functions, ``intercept_`` and ``band_`` one entry per level, ``score`` is the
+        mean D^2 over the levels and ``model_`` a :class:`~fdp_flower.outputs.quantiles.QuantileModels`.
     alpha : float
         Weight of the penalty on the *average* check loss, as in ``QuantileRegressor``: the objective is
         (1/M) sum_i (1/m_i) sum_j rho_tau(...) + alpha P(w), i.e. ``lam = alpha * n_clients`` of
@@ -241,29 +245,59 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
             response_offset=self.response_offset, rho=self.rho, step=self.step, estimator=self.estimator,
             basis_eps=self.basis_eps, basis_delta=self.basis_delta, seed=self.random_state,
             noise_source=self.noise_source, reference=False, name="FDPQuantileRegressor")
+        several = not np.isscalar(self.quantile)
         if self.inference_share is not None:
             from fdp_flower.inference.inprocess import run_inference
 
-            record = run_inference(model, _site_parts(values, response, model, client_ids),
-                                   eps_total=None if self.eps is None else float(self.eps))
-            model = model.with_inference(record)
+            if several:  # every level's inference meets that level's share of the total (mu / sqrt(Q))
+                from fdp_flower.api import client_partition
+                from fdp_flower.outputs.quantiles import quantile_models
+                from fdp_flower.privacy.calibration import analytic_gaussian_epsilon, target_mu
+
+                parts, _ = client_partition(len(response), n_clients=n_clients, client_ids=client_ids,
+                                            seed=self.random_state)
+                sites = np.empty(len(response), dtype=int)
+                for i, rows in enumerate(parts):
+                    sites[rows] = i
+                level_total = None if self.eps is None else analytic_gaussian_epsilon(
+                    target_mu(float(self.eps), float(self.delta)) / np.sqrt(len(model)), float(self.delta))
+                inferred = [m.with_inference(run_inference(m, _site_parts(values, response, m, sites),
+                                                           eps_total=level_total)) for m in model.models]
+                model = quantile_models(model.taus, inferred, delta=float(self.delta), mode=model.privacy.mode,
+                                        eps_budget=model.privacy.eps_budget if self.eps is None else float(self.eps),
+                                        noncrossing=model.noncrossing)
+            else:
+                record = run_inference(model, _site_parts(values, response, model, client_ids),
+                                       eps_total=None if self.eps is None else float(self.eps))
+                model = model.with_inference(record)
         if self.accountant is not None:
             self.accountant.charge(label, model.ledger, noise_key)
         self.model_ = model
         self.grid_ = model.grid
-        self.coef_ = model.beta_hat
-        self.intercept_ = float(model.intercept)
         self.privacy_ = model.privacy
-        self.band_ = None
-        if model.inference is not None:
-            from fdp_flower.inference.bands import InferenceError
+        models = model.models if several else (model,)
+        if several:
+            from skfda import FDataGrid
 
-            try:
-                self.band_ = model.confidence_band(self.confidence_level)
-            except InferenceError as exc:  # the fit stands; the releases just cannot support a band
-                import warnings
+            self.coef_ = FDataGrid(model.beta_hats, grid_points=model.grid)
+            self.intercept_ = model.intercepts
+        else:
+            self.coef_ = model.beta_hat
+            self.intercept_ = float(model.intercept)
+        bands = []
+        for m in models:
+            band = None
+            if m.inference is not None:
+                from fdp_flower.inference.bands import InferenceError
 
-                warnings.warn(f"FDPQuantileRegressor: no confidence band: {exc}", stacklevel=2)
+                try:
+                    band = m.confidence_band(self.confidence_level)
+                except InferenceError as exc:  # the fit stands; the releases just cannot support a band
+                    import warnings
+
+                    warnings.warn(f"FDPQuantileRegressor: no confidence band: {exc}", stacklevel=2)
+            bands.append(band)
+        self.band_ = bands if several else bands[0]
         return self
 
     def predict(self, X) -> np.ndarray:
@@ -280,12 +314,18 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         constant, the quantile-regression analogue of R^2 (Koenker & Machado 1999)."""
         from sklearn.metrics import d2_pinball_score
 
-        return float(d2_pinball_score(np.asarray(y, dtype=float).ravel(), self.predict(X),
-                                      sample_weight=sample_weight, alpha=self.quantile))
+        y = np.asarray(y, dtype=float).ravel()
+        predictions = self.predict(X)
+        if np.isscalar(self.quantile):
+            return float(d2_pinball_score(y, predictions, sample_weight=sample_weight, alpha=self.quantile))
+        return float(np.mean([d2_pinball_score(y, predictions[:, q], sample_weight=sample_weight, alpha=tau)
+                              for q, tau in enumerate(self.model_.taus)]))
 
     def summary(self, points=None):
         """The fitted model's summary (``model_.summary``) at ``confidence_level``."""
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "model_")
-        return self.model_.summary(points=points, level=self.confidence_level)
+        if np.isscalar(self.quantile):
+            return self.model_.summary(points=points, level=self.confidence_level)
+        return "\n\n".join(str(m.summary(points=points, level=self.confidence_level)) for m in self.model_.models)
