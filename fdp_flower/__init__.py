@@ -20,12 +20,12 @@ The Python API (:mod:`fdp_flower.api`, docs/api.md) is re-exported here lazily, 
 :func:`load_results` (a results directory); from :mod:`fdp_flower.estimator`, the scikit-learn
 estimator :class:`FDPQuantileRegressor` and :func:`infer` (private inference on a fit); from
 :mod:`fdp_flower.privacy.accountant`, :class:`PrivacyAccountant` (a budget across fits) and
-:class:`BudgetExceeded`.
+:class:`BudgetExceeded`, with :func:`select_lam` (``lam`` by private cross-validation from an accountant).
 """
 __version__ = "0.1.0"
 
 _API = ("fit", "fit_p2p", "fit_gradient", "load", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport")
-_ESTIMATOR = ("FDPQuantileRegressor", "infer")
+_ESTIMATOR = ("FDPQuantileRegressor", "infer", "select_lam")
 _ACCOUNTANT = ("PrivacyAccountant", "BudgetExceeded")
 __all__ = [*_API, *_ESTIMATOR, *_ACCOUNTANT, "__version__"]
 

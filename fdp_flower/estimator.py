@@ -7,7 +7,8 @@
   (n, G) array of curves on a grid.  By default the fit keeps a share of the budget for the inference
   releases, so ``band_`` (confidence bands) and ``summary()`` come with it (docs/inference.md).
 - :func:`infer`: the inference releases for a model of :func:`fdp_flower.fit`, on the same simulated
-  sites, charged to its ledger.
+  sites, charged to its ledger;
+- :func:`select_lam`: ``lam`` by private cross-validation, spending from a :class:`PrivacyAccountant`.
 
 The short form stays :func:`fdp_flower.fit`; the reference of every parameter is docs/api.md.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-__all__ = ["FDPQuantileRegressor", "infer"]
+__all__ = ["FDPQuantileRegressor", "LamSelection", "infer", "select_lam"]
 
 
 def _site_parts(values: np.ndarray, y: np.ndarray, model, client_ids) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -329,3 +330,125 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         if np.isscalar(self.quantile):
             return self.model_.summary(points=points, level=self.confidence_level)
         return "\n\n".join(str(m.summary(points=points, level=self.confidence_level)) for m in self.model_.models)
+
+
+# ---------------------------------------------------------------- choosing lam from an accountant's budget
+#: The ledger mechanism of a cross-validation fold's noisy mean validation loss
+VALIDATION_MECHANISM = "cv_validation_loss"
+
+
+class LamSelection:
+    """What :func:`select_lam` chose and spent.
+
+    Attributes
+    ----------
+    lam : the chosen penalty weight (smallest noisy mean validation loss)
+    lams : the candidates
+    losses : (len(lams),) the noisy mean validation check loss of every candidate, over the folds
+    fits : the number of private fits (len(lams) x cv), each with one noisy validation loss
+    eps_selection : eps (PLD, at the accountant's delta) of the selection's own releases, composed
+    eps_spent : the accountant's composed eps after the selection (every fit it saw before too)
+    eps_total : the accountant's total
+    """
+
+    def __init__(self, lam, lams, losses, fits, eps_selection, eps_spent, eps_total, cv):
+        self.lam, self.lams, self.losses = float(lam), tuple(float(v) for v in lams), np.asarray(losses, dtype=float)
+        self.fits, self.eps_selection, self.eps_spent, self.eps_total, self.cv = (
+            int(fits), float(eps_selection), float(eps_spent), float(eps_total), int(cv))
+
+    def __str__(self) -> str:
+        table = ", ".join(f"{lam:g}: {loss:.4g}" for lam, loss in zip(self.lams, self.losses))
+        return (f"select_lam: lam = {self.lam:g} (noisy mean validation check loss per lam: {table}); spent "
+                f"{self.fits} private fits ({len(self.lams)} lams x {self.cv} folds) and {self.fits} noisy validation "
+                f"losses: eps = {self.eps_selection:.4g} for the selection alone (PLD); the accountant has now spent "
+                f"eps = {self.eps_spent:.4g} of {self.eps_total:g}")
+
+    __repr__ = __str__
+
+
+def select_lam(curves, y, lams, *, accountant, eps_per_fit: float, loss_clip: float, cv: int = 5, tau: float = 0.5,
+               score_share: float = 0.1, seed: int = 0, grid=None, **fit_kwargs) -> LamSelection:
+    """Choose ``lam`` by private ``cv``-fold cross-validation, spending from ``accountant``.
+
+    For every candidate and fold: a private fit on the other folds (:func:`fdp_flower.fit`, charged to the
+    accountant) and one Gaussian release of the held-out rows' mean check loss, each row's loss clipped at
+    ``loss_clip`` (replace-one sensitivity ``loss_clip / m_held_out``), also charged.  The fit gets
+    ``1 - score_share`` and the validation loss ``score_share`` of the Gaussian mu of ``eps_per_fit``, so each pair
+    spends eps_per_fit.  The chosen lam minimizes the noisy mean loss over the folds: post-processing of charged
+    releases (scikit-learn's ``GridSearchCV`` instead scores the held-out rows without noise: its choice of lam is
+    not covered by the ledger).  The whole cost (len(lams) x cv pairs) is checked against the accountant before
+    the first fit; a refusal spends nothing.
+
+    Parameters
+    ----------
+    curves, y, grid : the data (as :func:`fdp_flower.fit`)
+    lams : sequence of float
+        Candidate penalty weights (``lam`` of :func:`fdp_flower.fit`).
+    accountant : PrivacyAccountant
+        The data set's budget.
+    eps_per_fit : float
+        The eps of one fit with its validation loss (at the accountant's delta).
+    loss_clip : float
+        The public bound on one row's check loss in the validation release (y's units).
+    cv : int
+        The number of folds (default: 5).
+    tau, seed, **fit_kwargs :
+        As in :func:`fdp_flower.fit` (``eps``, ``delta``, ``accountant`` and ``client_ids`` are set here; the folds and
+        every fit's noise are seeded from ``seed``).
+    """
+    import fdp_flower
+    from fdp_flower.api import InputError, curve_inputs, noise_seed
+    from fdp_flower.inference.releases import fit_budget
+    from fdp_flower.privacy.calibration import target_mu
+    from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon
+    from fdp_flower.privacy.mechanisms import release_rng
+
+    if accountant is None:
+        raise InputError("accountant: select_lam spends from a PrivacyAccountant (fdp_flower.PrivacyAccountant)")
+    lams = [float(v) for v in np.atleast_1d(np.asarray(lams, dtype=float))]
+    if not lams or not all(np.isfinite(v) and v >= 0 for v in lams):
+        raise InputError(f"lams: expected finite candidates >= 0, got {lams!r}")
+    if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
+        raise InputError(f"cv: expected an integer >= 2, got {cv!r}")
+    if not (isinstance(loss_clip, (int, float)) and np.isfinite(loss_clip) and loss_clip > 0):
+        raise InputError(f"loss_clip: expected a finite number > 0, got {loss_clip!r}")
+    if not (isinstance(score_share, (int, float)) and 0 < score_share < 1):
+        raise InputError(f"score_share: expected a number in (0, 1), got {score_share!r}")
+    for key in ("eps", "delta", "accountant", "tau"):
+        if key in fit_kwargs:
+            raise InputError(f"{key}: set by select_lam (eps_per_fit, the accountant's delta, accountant)")
+    values, response, grid, _ = curve_inputs(curves, y, grid=grid)
+    n = len(response)
+    if n < 2 * cv:
+        raise InputError(f"cv: {cv} folds need at least {2 * cv} rows, got {n}")
+    delta = accountant.delta
+    mu = target_mu(float(eps_per_fit), delta)
+    pairs = len(lams) * cv
+    label = f"select_lam({len(lams)} lams x {cv} folds, eps_per_fit={eps_per_fit:g})"
+    accountant.check(label, [1.0 / (np.sqrt(pairs) * mu)])
+    folds = np.array_split(np.random.default_rng(seed).permutation(n), cv)
+    eps_fit = fit_budget(float(eps_per_fit), delta, float(score_share))
+    z_score = 1.0 / (np.sqrt(score_share) * mu)
+    noise_source = fit_kwargs.get("noise_source", "seeded")
+    own: list = []
+    losses = np.zeros((len(lams), cv))
+    for a, lam in enumerate(lams):
+        for k, held in enumerate(folds):
+            train = np.setdiff1d(np.arange(n), held)
+            index = a * cv + k
+            model = fdp_flower.fit(values[train], response[train], grid=grid, tau=tau, lam=lam, eps=eps_fit,
+                                   delta=delta, seed=noise_seed(seed, index), accountant=accountant,
+                                   name=f"select_lam fold {k + 1}/{cv}", **{"reference": False, **fit_kwargs})
+            residual = response[held] - model.predict(values[held])
+            loss = np.minimum(residual * (tau - (residual < 0)), float(loss_clip))
+            sensitivity = float(loss_clip) / held.size
+            release = GaussianRelease(0, 1, sensitivity, z_score * sensitivity, mechanism=VALIDATION_MECHANISM)
+            rng = release_rng(noise_seed(seed, pairs + index), 0, 1, noise_source)
+            losses[a, k] = float(loss.mean() + release.sigma * rng.standard_normal())
+            accountant.charge(f"validation loss (lam={lam:g}, fold {k + 1}/{cv})", [release])
+            worst = [r for r in model.ledger.releases if r.client == model.privacy.worst_client]
+            own += worst + [release]
+    mean_losses = losses.mean(axis=1)
+    eps_selection = pld_epsilon(own, delta)
+    return LamSelection(lams[int(np.argmin(mean_losses))], lams, mean_losses, pairs, eps_selection, accountant.spent,
+                        accountant.eps_total, cv)

@@ -118,3 +118,23 @@ def test_a_search_with_one_seeded_random_state_is_refused_at_its_second_fit(data
     with pytest.raises(BudgetExceeded, match="same seeded noise"):
         GridSearchCV(est, {"alpha": [0.0, 0.1]}, cv=2, error_score="raise").fit(data.curves, data.response)
     assert len(acc.fits) == 1
+
+
+def test_select_lam_spends_from_the_accountant_and_says_what_it_spent(data):
+    """2 lams x 2 folds at eps_per_fit = 1: four fits and four noisy validation losses, each pair composing to
+    eps = 1, the selection to the four pairs' composition; a second selection is refused before its first fit."""
+    total = _eps_of_fits(4, 1.0)
+    acc = PrivacyAccountant(total, DELTA)
+    chosen = fdp_flower.select_lam(data.curves, data.response, [0.0, 0.5], accountant=acc, eps_per_fit=1.0,
+                                   loss_clip=3.0, cv=2, seed=1, **{k: v for k, v in FAST.items() if k != "grid"},
+                                   grid=GRID)
+    assert chosen.lam in (0.0, 0.5) and chosen.fits == 4 and chosen.losses.shape == (2,)
+    assert len(acc.fits) == 8  # four fits and four validation releases
+    validation = [f for f in acc.fits if f.name.startswith("validation loss")]
+    assert len(validation) == 4 and all(f.releases == 1 for f in validation)
+    assert chosen.eps_selection == pytest.approx(total, rel=1e-4) and acc.spent == pytest.approx(total, rel=1e-4)
+    assert f"eps = {chosen.eps_selection:.4g} for the selection alone" in str(chosen)
+    with pytest.raises(BudgetExceeded, match=r"select_lam\(2 lams x 2 folds, eps_per_fit=1\): refused before"):
+        fdp_flower.select_lam(data.curves, data.response, [0.0, 0.5], accountant=acc, eps_per_fit=1.0, loss_clip=3.0,
+                              cv=2, seed=2, grid=GRID)
+    assert len(acc.fits) == 8
