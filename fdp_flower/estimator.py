@@ -414,9 +414,15 @@ def select_lam(curves, y, lams, *, accountant, eps_per_fit: float, loss_clip: fl
         raise InputError(f"loss_clip: expected a finite number > 0, got {loss_clip!r}")
     if not (isinstance(score_share, (int, float)) and 0 < score_share < 1):
         raise InputError(f"score_share: expected a number in (0, 1), got {score_share!r}")
-    for key in ("eps", "delta", "accountant", "tau"):
+    for key in ("eps", "delta", "accountant"):
         if key in fit_kwargs:
             raise InputError(f"{key}: set by select_lam (eps_per_fit, the accountant's delta, accountant)")
+    for key in ("client_ids", "client_column", "out"):
+        if key in fit_kwargs:
+            raise InputError(f"{key}: not supported by select_lam (its folds split the rows; every fit's sites are "
+                             "the fold's rows split by n_clients)")
+    if not np.isscalar(tau):
+        raise InputError(f"tau: select_lam chooses lam for one quantile level, got {tau!r}")
     values, response, grid, _ = curve_inputs(curves, y, grid=grid)
     n = len(response)
     if n < 2 * cv:
