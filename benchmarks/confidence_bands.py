@@ -201,7 +201,6 @@ def one_cell(design_name: str, tau: float, eps, rep: int, curves, y, truth) -> d
     import fdp_flower
     from fdp_flower.api import client_partition
     from fdp_flower.inference.bands import InferenceError
-    from fdp_flower.inference.fdp_admm import linear_maps
     from fdp_flower.inference.inprocess import run_inference
     from fdp_flower.inference.releases import fit_budget
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from fdp_flower.config.base import ScenarioError
 from fdp_flower.functional.validation import DataValidationError, fdata_values, is_fdatabasis
+from fdp_flower.outputs.model_files import load_model as load  # noqa: E402  (model.save's counterpart)
 from fdp_flower.outputs.models import (
     FunctionalModel,
     PrivacyReport,
@@ -37,8 +38,6 @@ from fdp_flower.outputs.models import (
     load_results,
     p2p_intercept_scale,
 )
-
-from fdp_flower.outputs.model_files import load_model as load  # noqa: E402  (model.save's counterpart)
 from fdp_flower.privacy.accountant import BudgetExceeded, PrivacyAccountant  # noqa: E402,F401  (re-exported)
 
 __all__ = ["fit", "fit_gradient", "fit_p2p", "load", "load_results", "FunctionalModel", "TabularModel",
@@ -467,10 +466,10 @@ def noise_seed(seed: int, level: int) -> int:
 def _fit_quantiles(arguments: dict):
     """``fit`` at several levels (see its ``tau``): one split and one basis, the budget split in equal Gaussian
     shares, independent noise per level; the accountant, if any, checks the whole before the first fit."""
+    import inspect
+
     from fdp_flower.outputs.quantiles import quantile_models
     from fdp_flower.privacy.calibration import analytic_gaussian_epsilon, target_mu
-
-    import inspect
 
     a = {k: arguments[k] for k in inspect.signature(fit).parameters}
     levels = quantile_levels(a["tau"])
