@@ -29,7 +29,7 @@ def _site_parts(values: np.ndarray, y: np.ndarray, model, client_ids) -> list[tu
     return [(values[rows], y[rows]) for rows in parts]
 
 
-def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, grid=None):
+def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, grid=None, accountant=None):
     """The inference releases of a fitted FDP-ADMM model, on the same simulated sites as its fit.
 
     Every site releases, at the model's estimate, a noisy histogram of its residuals' scale, a noisy Gram
@@ -49,6 +49,9 @@ def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, 
         spent.  Needed when the model is private; the releases are calibrated to meet it exactly (PLD).  To
         keep a total of eps, fit with ``eps = fdp_flower.inference.releases.fit_budget(eps, delta)``, or use
         :class:`FDPQuantileRegressor`, which does this.
+    accountant : PrivacyAccountant or None
+        The data set's budget: the three releases per site are checked against it before any is made and
+        charged to it after (the fit must be charged too: pass the same accountant to ``fit``).
     """
     from fdp_flower.api import curve_inputs
     from fdp_flower.inference.inprocess import run_inference
@@ -59,7 +62,22 @@ def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, 
     if model.privacy.private and eps_total is not None and eps_total <= model.privacy.eps:
         raise ValueError(f"eps_total: {eps_total:g} leaves nothing for inference: the fit alone spent "
                          f"eps = {model.privacy.eps:.4g}")
+    label = f"infer(tau={float(model.scenario.model.loss.tau):g}, eps_total={eps_total})"
+    if accountant is not None:
+        planned = None
+        if model.privacy.private:
+            from fdp_flower.inference.fdp_admm import fit_multipliers
+            from fdp_flower.inference.releases import inference_multipliers
+
+            if eps_total is None:
+                raise ValueError("eps_total: a private model needs the total budget its fit and the inference share")
+            planned = list(inference_multipliers(float(eps_total), float(model.privacy.delta),
+                                                 fit_multipliers(model.ledger, int(model.privacy.worst_client))))
+        # the noise is the fit's seeded stream at round L + 1 (no fit round): not a repeat of the fit's
+        accountant.check(label, planned)
     record = run_inference(model, _site_parts(values, response, model, client_ids), eps_total=eps_total)
+    if accountant is not None:
+        accountant.charge(label, list(record.releases))
     return model.with_inference(record)
 
 

@@ -50,7 +50,7 @@ def test_fits_compose_by_pld_and_the_fit_past_the_total_is_refused_before_traini
         raise AssertionError("the refused fit trained")
 
     monkeypatch.setattr(engine, "run_fdp_admm", must_not_train)
-    with pytest.raises(BudgetExceeded, match=r"fit\(tau=0.5, lam=0.05, eps=0.5\): refused before training"):
+    with pytest.raises(BudgetExceeded, match=r"fit\(tau=0.5, lam=0.05, eps=0.5\): refused before it releases anything"):
         fdp_flower.fit(data.curves, data.response, eps=0.5, seed=3, accountant=acc, **FAST)
     assert len(acc.fits) == 2
     with pytest.raises(BudgetExceeded, match="without privacy"):
@@ -93,7 +93,7 @@ def test_grid_search_over_alpha_refuses_at_the_total_and_its_ledger_shows_every_
     total = _eps_of_fits(4, 1.0)
     acc = PrivacyAccountant(total, DELTA)
     search = GridSearchCV(est.set_params(accountant=acc), {"alpha": [0.0, 0.01, 0.1]}, cv=2, error_score="raise")
-    with pytest.raises(BudgetExceeded, match="refused before training"):
+    with pytest.raises(BudgetExceeded, match="refused before it releases anything"):
         search.fit(data.curves, data.response)
     assert len(acc.fits) == 4
     assert all(f.eps_alone == pytest.approx(1.0, abs=2e-3) for f in acc.fits)
@@ -105,7 +105,7 @@ def test_grid_search_over_alpha_refuses_at_the_total_and_its_ledger_shows_every_
     acc2 = PrivacyAccountant(total, DELTA)
     search = GridSearchCV(clone(est).set_params(accountant=acc2), {"alpha": [0.0, 0.01, 0.1]}, cv=2)
     with pytest.warns(FitFailedWarning, match="2 fits failed out of a total of 6") as caught, \
-            pytest.raises(BudgetExceeded, match="refused before training"):
+            pytest.raises(BudgetExceeded, match="refused before it releases anything"):
         search.fit(data.curves, data.response)
     assert any("BudgetExceeded" in str(w.message) for w in caught)
     assert len(acc2.fits) == 4 and acc2.spent <= total * (1 + 1e-4)
@@ -138,3 +138,21 @@ def test_select_lam_spends_from_the_accountant_and_says_what_it_spent(data):
         fdp_flower.select_lam(data.curves, data.response, [0.0, 0.5], accountant=acc, eps_per_fit=1.0, loss_clip=3.0,
                               cv=2, seed=2, grid=GRID)
     assert len(acc.fits) == 8
+
+
+def test_infer_checks_and_charges_its_releases(data):
+    """A fit at fit_budget(2) and its inference releases (eps_total 2) charged to one accountant: the second entry
+    is the three releases of the site that spent most, and the composition is the model's own total (2)."""
+    from fdp_flower.inference.releases import fit_budget
+
+    acc = PrivacyAccountant(2.0, DELTA)
+    model = fdp_flower.fit(data.curves, data.response, eps=fit_budget(2.0, DELTA), seed=7, accountant=acc,
+                           **{**FAST, "step": 2.0})
+    full = fdp_flower.infer(model, data.curves, data.response, eps_total=2.0, grid=GRID, accountant=acc)
+    assert [f.releases for f in acc.fits] == [5, 3]
+    assert acc.spent == pytest.approx(full.privacy.eps, rel=1e-6) and acc.spent == pytest.approx(2.0, abs=5e-3)
+    tight = PrivacyAccountant(1.9, DELTA)  # the fit fits in it, fit and inference (2) do not
+    tight.charge("the fit", model.ledger)
+    with pytest.raises(BudgetExceeded, match=r"infer\(tau=0.5, eps_total=2.0\): refused before it releases anything"):
+        fdp_flower.infer(model, data.curves, data.response, eps_total=2.0, grid=GRID, accountant=tight)
+    assert len(tight.fits) == 1

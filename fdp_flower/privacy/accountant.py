@@ -140,7 +140,7 @@ class PrivacyAccountant:
                                  f"eps is unbounded and the accountant's total {self.eps_total:g} would be exceeded")
         after = self._eps(self._releases + self._as_releases(multipliers))
         if after > self.eps_total * (1 + TOLERANCE):
-            raise BudgetExceeded(f"{name}: refused before training: it would take this data set's eps from "
+            raise BudgetExceeded(f"{name}: refused before it releases anything: it would take this data set's eps from "
                                  f"{self.spent:.4g} to {after:.4g} (PLD at delta = {self.delta:g}), past the total "
                                  f"{self.eps_total:g} ({len(self._fits)} fits so far)")
         return after
