@@ -16,12 +16,18 @@ Only ``wire``, ``clients``, ``strategies``, ``server_app`` and ``client_app`` im
 
 The Python API (:mod:`fdp_flower.api`, docs/api.md) is re-exported here lazily, so that
 ``import fdp_flower`` loads nothing else: :func:`fit` (FDP-ADMM on curves), :func:`fit_p2p`,
-:func:`fit_gradient` (tabular arrays) and :func:`load_results` (a results directory).
+:func:`fit_gradient` (tabular arrays), :func:`load` (a saved model or a results directory) and
+:func:`load_results` (a results directory); from :mod:`fdp_flower.estimator`, the scikit-learn
+estimator :class:`FDPQuantileRegressor` and :func:`infer` (private inference on a fit); from
+:mod:`fdp_flower.privacy.accountant`, :class:`PrivacyAccountant` (a budget across fits) and
+:class:`BudgetExceeded`, with :func:`select_lam` (``lam`` by private cross-validation from an accountant).
 """
 __version__ = "0.1.0"
 
-_API = ("fit", "fit_p2p", "fit_gradient", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport")
-__all__ = [*_API, "__version__"]
+_API = ("fit", "fit_p2p", "fit_gradient", "load", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport")
+_ESTIMATOR = ("FDPQuantileRegressor", "infer", "select_lam")
+_ACCOUNTANT = ("PrivacyAccountant", "BudgetExceeded")
+__all__ = [*_API, *_ESTIMATOR, *_ACCOUNTANT, "__version__"]
 
 
 def __getattr__(name: str):
@@ -29,8 +35,16 @@ def __getattr__(name: str):
         from fdp_flower import api
 
         return getattr(api, name)
+    if name in _ESTIMATOR:
+        from fdp_flower import estimator
+
+        return getattr(estimator, name)
+    if name in _ACCOUNTANT:  # through api: the package root imports only its re-exporting modules
+        from fdp_flower import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'fdp_flower' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | set(_ESTIMATOR) | set(_ACCOUNTANT))

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from fdp_flower.config.base import ScenarioError
+from fdp_flower.functional.validation import DataValidationError, fdata_values, is_fdatabasis
+from fdp_flower.outputs.model_files import load_model as load  # noqa: E402  (model.save's counterpart)
 from fdp_flower.outputs.models import (
     FunctionalModel,
     PrivacyReport,
@@ -36,8 +38,10 @@ from fdp_flower.outputs.models import (
     load_results,
     p2p_intercept_scale,
 )
+from fdp_flower.privacy.accountant import BudgetExceeded, PrivacyAccountant  # noqa: E402,F401  (re-exported)
 
-__all__ = ["fit", "fit_gradient", "fit_p2p", "load_results", "FunctionalModel", "TabularModel", "PrivacyReport"]
+__all__ = ["fit", "fit_gradient", "fit_p2p", "load", "load_results", "FunctionalModel", "TabularModel",
+           "PrivacyReport"]
 
 #: fixed (data-independent) bases accepted by name
 FIXED_BASES = ("cosine", "bspline", "fourier")
@@ -78,6 +82,8 @@ def _finite(name: str, values: np.ndarray) -> np.ndarray:
 
 
 def _as_float(name: str, values) -> np.ndarray:
+    if np.iscomplexobj(values):
+        raise InputError(f"{name}: complex values are not accepted (give the real curves)")
     try:
         return np.asarray(values, dtype=float)
     except (TypeError, ValueError):
@@ -101,6 +107,15 @@ def curve_inputs(curves, y=None, *, grid=None, response: str = "response", clien
         if grid is not None and not (np.shape(grid) == own.shape and np.allclose(grid, own, rtol=1e-9, atol=0)):
             raise InputError("grid: differs from the FDataGrid's grid_points (leave grid out)")
         values, grid = np.asarray(curves.data_matrix[..., 0], dtype=float), own
+    elif is_fdatabasis(curves):  # a basis expansion: evaluated exactly on `grid` (default: 100 points)
+        if grid is not None:
+            grid = _as_float("grid", grid)
+            if grid.ndim != 1 or grid.size < 3 or not np.all(np.isfinite(grid)) or np.any(np.diff(grid) <= 0):
+                raise InputError("grid: needs >= 3 finite, strictly increasing points")
+        try:
+            values, grid = fdata_values(curves, grid, "curves")
+        except DataValidationError as exc:
+            raise InputError(str(exc)) from None
     elif _is_dataframe(curves):
         frame = curves
         columns = list(frame.columns)
@@ -134,6 +149,8 @@ def curve_inputs(curves, y=None, *, grid=None, response: str = "response", clien
         raise InputError("grid: needs >= 3 finite, strictly increasing points")
     if values.shape[1] != grid.size:
         raise InputError(f"curves have {values.shape[1]} points per curve but the grid has {grid.size}")
+    if values.shape[0] < 1:
+        raise InputError("curves: no rows")
     if y is None:
         raise InputError("y: the responses are missing")
     y = _as_float("y", y)
@@ -186,6 +203,23 @@ def _client_directory(data_dir, needed: bool = True):
         return
     with tempfile.TemporaryDirectory(prefix="fdp-flower-") as tmp:
         yield Path(tmp)
+
+
+def check_run_arguments(*, eps, seed, out) -> None:
+    """One-line errors for the arguments every fit reads before its scenario is built: ``eps`` (a number > 0
+    or None), ``seed`` (an integer >= 0) and ``out`` (a writable directory, checked before any work)."""
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating))
+                            or not math.isfinite(eps) or eps <= 0):
+        raise InputError(f"eps: expected a finite number > 0 (or None for no privacy), got {eps!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed: expected an integer >= 0, got {seed!r}")
+    if out is not None:
+        from fdp_flower.outputs.results import OutputError, check_output_dir
+
+        try:
+            check_output_dir(out)
+        except OutputError as exc:
+            raise InputError(f"out: {exc}") from None
 
 
 def _privacy_section(eps, delta: float, privacy: str, noise_source: str) -> dict[str, Any]:
@@ -257,7 +291,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         basis_eps: float | None = None, basis_delta: float | None = None, seed: int = 0,
         noise_source: str = "seeded",
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
-        reference: bool = True, progress=False, name: str = "fit") -> FunctionalModel:
+        reference: bool = True, progress=False, name: str = "fit", accountant=None,
+        noncrossing: bool = True) -> FunctionalModel:
     """Fit a differentially private functional quantile regression by FDP-ADMM.
 
     Q_tau(y | X) = intercept + int beta(t) X(t) dt, with the rows split over simulated clients
@@ -273,8 +308,11 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         The responses (None: the DataFrame's ``response`` column).
     grid : (G,) array or None
         The grid of an array input (default: G equispaced points on [0, 1]).
-    tau : float
-        Quantile level (default: 0.5).
+    tau : float or sequence of floats
+        Quantile level (default: 0.5).  Several levels (e.g. ``[0.1, 0.5, 0.9]``) are fitted on the same sites
+        and basis with one budget: every level's fit gets the Gaussian share mu / sqrt(Q) of (eps, delta), so all
+        the releases compose (PLD) to (eps, delta); returns a
+        :class:`~fdp_flower.outputs.quantiles.QuantileModels` (one model per level, the combined ledger).
     eps, delta : float
         Privacy budget (defaults: 1.0, 1e-5); ``eps=None`` runs F-ADMM without noise.
     privacy : {"total", "per_round"}
@@ -316,6 +354,13 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     data_dir : path or None
         Write one file per client there and fit from the files (default: None, the arrays are passed to the
         engine in memory and nothing is written).
+    accountant : PrivacyAccountant or None
+        The data set's budget across fits (:class:`fdp_flower.PrivacyAccountant`): the fit is refused before it
+        trains (:class:`~fdp_flower.privacy.accountant.BudgetExceeded`) if its planned releases would take the
+        data set's composed eps past the accountant's total, and its releases are charged to it after.
+    noncrossing : bool
+        Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
+        Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).
     reference : bool
         Solve the exact non-private problem on the pooled rows for the history's objective gap
         (default: True).
@@ -336,6 +381,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     from fdp_flower.functional.sources import curves_digest
     from fdp_flower.outputs.results import write_results
 
+    if not isinstance(tau, (int, float, np.integer, np.floating)) or isinstance(tau, bool):
+        arguments = dict(locals())
+        return _fit_quantiles(arguments)
+    check_run_arguments(eps=eps, seed=seed, out=out)
     values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
                                                          client_column=client_column)
     if labels is not None and client_ids is not None:
@@ -379,13 +428,97 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
         scenario = _parse(parse_scenario, data, "fit()")
+        label = f"{name}(tau={float(tau):g}, lam={float(lam):g}, eps={'None' if eps is None else format(eps, 'g')})"
+        noise_key = None if noise_source == "os_entropy" else ("seeded", int(seed))
+        if accountant is not None:
+            accountant.check(label, planned_multipliers(scenario), noise_key)
         if data_dir is None:
             source = data_source(scenario, clients)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
         result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
         if out is not None:
             write_results(result, out)
-        return FunctionalModel.from_run(result)
+        model = FunctionalModel.from_run(result)
+        if accountant is not None:
+            accountant.charge(label, model.ledger, noise_key)
+        return model
+
+
+def quantile_levels(tau) -> list[float]:
+    """The increasing, distinct levels in (0, 1) of a sequence ``tau`` (one ValueError line otherwise)."""
+    try:
+        levels = [float(t) for t in tau]
+    except (TypeError, ValueError):
+        raise InputError(f"tau: expected a number in (0, 1) or a sequence of them, got {tau!r}") from None
+    if not levels or not all(math.isfinite(t) and 0 < t < 1 for t in levels):
+        raise InputError(f"tau: expected levels in (0, 1), got {tau!r}")
+    if len(set(levels)) != len(levels):
+        raise InputError(f"tau: the levels must be distinct, got {tau!r}")
+    return sorted(levels)
+
+
+def noise_seed(seed: int, level: int) -> int:
+    """The seed of the ``level``-th fit of a several-quantile fit: independent noise for every level (the
+    seeded noise is a function of the seed, the client and the round)."""
+    return int(np.random.SeedSequence([int(seed), int(level)]).generate_state(1, dtype=np.uint32)[0])
+
+
+def _fit_quantiles(arguments: dict):
+    """``fit`` at several levels (see its ``tau``): one split and one basis, the budget split in equal Gaussian
+    shares, independent noise per level; the accountant, if any, checks the whole before the first fit."""
+    import inspect
+
+    from fdp_flower.outputs.quantiles import quantile_models
+    from fdp_flower.privacy.calibration import analytic_gaussian_epsilon, target_mu
+
+    a = {k: arguments[k] for k in inspect.signature(fit).parameters}
+    levels = quantile_levels(a["tau"])
+    eps, delta = a["eps"], a["delta"]
+    check_run_arguments(eps=eps, seed=a["seed"], out=None)
+    if a["out"] is not None:
+        raise InputError("out: a several-quantile fit has no single results directory; save each model of the "
+                         "result (result[tau].save(path))")
+    if eps is not None and a["privacy"] != "total":
+        raise InputError("privacy: several quantile levels share one total budget: use privacy='total'")
+    values, response_values, grid, labels = curve_inputs(a["curves"], a["y"], grid=a["grid"], response=a["response"],
+                                                         client_column=a["client_column"])
+    if labels is not None and a["client_ids"] is not None:
+        raise InputError("give client_ids or client_column, not both")
+    parts, _ = client_partition(len(response_values), n_clients=a["n_clients"],
+                                client_ids=labels if labels is not None else a["client_ids"], seed=a["seed"])
+    sites = np.empty(len(response_values), dtype=int)
+    for i, rows in enumerate(parts):
+        sites[rows] = i
+    mu_total = None if eps is None else target_mu(float(eps), float(delta))
+    eps_level = None if eps is None else analytic_gaussian_epsilon(mu_total / math.sqrt(len(levels)), float(delta))
+    accountant = a["accountant"]
+    label = f"{a['name']}(tau={levels}, lam={float(a['lam']):g}, eps={'None' if eps is None else format(eps, 'g')})"
+    if accountant is not None:  # the whole before the first fit: a refusal spends nothing
+        accountant.check(label, None if eps is None else [1.0 / mu_total])
+    models = []
+    for q, level in enumerate(levels):
+        kwargs = {k: v for k, v in a.items() if k not in ("curves", "y", "grid", "tau", "eps", "n_clients",
+                                                          "client_ids", "client_column", "response", "seed",
+                                                          "basis", "noncrossing")}
+        basis = a["basis"] if q == 0 or isinstance(a["basis"], str) and a["basis"] in FIXED_BASES \
+            else models[0].basis
+        models.append(fit(values, response_values, grid=grid, tau=level, eps=eps_level, n_clients=None,
+                          client_ids=sites, seed=noise_seed(a["seed"], q), basis=basis, **kwargs))
+    return quantile_models(levels, models, delta=float(delta), mode=None if eps is None else "total",
+                           eps_budget=None if eps is None else float(eps), noncrossing=a["noncrossing"])
+
+
+def planned_multipliers(scenario) -> list[float] | None:
+    """The noise multipliers every client of an FDP-ADMM scenario will release with, known before it trains
+    (the noise plan's z_l of every round, and the federated DP-FPCA summary's when the basis is private); None
+    without privacy."""
+    from fdp_flower.algorithms.fdp_admm.plan import NoisePlan
+
+    plan = NoisePlan(scenario, 1)
+    z = plan.noise_multipliers
+    if z is None:
+        return None
+    return [float(v) for v in z] + ([] if plan.basis_multiplier is None else [float(plan.basis_multiplier)])
 
 
 # ---------------------------------------------------------------- tabular inputs

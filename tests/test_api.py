@@ -184,6 +184,12 @@ def test_a_changed_client_file_is_refused(tmp_path, data):
     (lambda d: fdp_flower.fit(d.curves, d.response, grid=GRID[::-1]), "strictly increasing"),
     (lambda d: fdp_flower.fit(pd.DataFrame({"response": d.response, "x": d.response, "t=0": d.response})),
      "column 'x' is neither"),
+    (lambda d: fdp_flower.fit(d.curves, d.response, eps="1"), r"eps: expected a finite number > 0 .*got '1'"),
+    (lambda d: fdp_flower.fit(d.curves, d.response, seed=1.5), r"seed: expected an integer >= 0, got 1\.5"),
+    (lambda d: fdp_flower.fit(d.curves, d.response, seed=-1), r"seed: expected an integer >= 0, got -1"),
+    (lambda d: fdp_flower.fit(d.curves + 1j, d.response), "curves: complex values are not accepted"),
+    (lambda d: fdp_flower.fit(d.curves[:0], d.response[:0]), "curves: no rows"),
+    (lambda d: fdp_flower.fit(d.curves, d.response, out=Path(__file__) / "run"), r"out: results directory .* is a file"),
     (lambda d: fdp_flower.fit_p2p(d.curves, np.sign(d.response), loss="logistic", n_nodes=1), "at least 2 nodes"),
     (lambda d: fdp_flower.fit_p2p(d.curves, d.response, steps=5), "steps: renamed to rounds"),
     (lambda d: fdp_flower.fit_gradient(d.curves, d.response, loss="logistic"), r"labels in \{-1, \+1\}"),
@@ -191,6 +197,45 @@ def test_a_changed_client_file_is_refused(tmp_path, data):
 def test_bad_input_fails_in_one_line_naming_the_argument(data, call, message):
     with pytest.raises(ValueError, match=message) as info:
         call(data)
+    assert "\n" not in str(info.value)
+
+
+def _fdatabasis(curves, grid, n_basis=15):
+    from skfda import FDataGrid
+    from skfda.representation.basis import BSplineBasis
+
+    return FDataGrid(curves, grid).to_basis(BSplineBasis(domain_range=(grid[0], grid[-1]), n_basis=n_basis))
+
+
+def test_an_fdatabasis_is_fitted_and_predicted_on_its_evaluation_grid(data):
+    """An skfda.FDataBasis (a basis expansion) is evaluated on `grid` (default 100 equispaced points over its
+    domain): fitting it equals fitting those values, and predict on an FDataBasis equals predict on its values
+    at the model's grid (before: TypeError in fit, "setting an array element with a sequence" in predict)."""
+    fd = _fdatabasis(data.curves, GRID)
+    model = fdp_flower.fit(fd, data.response, **FAST)
+    default = np.linspace(0, 1, 100)
+    np.testing.assert_allclose(model.grid, default)
+    same = fdp_flower.fit(fd(default)[..., 0], data.response, grid=default, **FAST)
+    np.testing.assert_allclose(model.w, same.w, rtol=0, atol=1e-12)
+    on_grid = fdp_flower.fit(fd, data.response, grid=GRID, **FAST)
+    np.testing.assert_allclose(on_grid.grid, GRID)
+    new = _fdatabasis(design.simulate_slice(8, 0, 7, tau=0.5, grid=GRID).curves, GRID)
+    np.testing.assert_allclose(model.predict(new), model.predict(new(default)[..., 0]), rtol=1e-12)
+    assert model.mise(lambda t: 0 * t) == pytest.approx(model.mise(np.zeros(100)))
+    with pytest.raises(ValueError, match=r"curves: the curves' domain \[0, 1\] does not cover the grid \[0, 2\]"):
+        fdp_flower.fit(fd, data.response, grid=np.linspace(0, 2, 30), **FAST)
+
+
+@pytest.mark.parametrize("curves, message", [
+    ("abc", "predict: expected numbers on the model's grid, got values of type str"),
+    (np.zeros((2, 3, 40)), r"predict: expected an array of shape \(n, 40\) on the model's grid, an FDataGrid or an "
+                           r"FDataBasis"),
+    (np.zeros((2, 40)) + 1j, "predict: complex values are not accepted"),
+])
+def test_bad_predict_input_fails_in_one_line(data, curves, message):
+    model = fdp_flower.fit(data.curves, data.response, grid=GRID, **FAST)
+    with pytest.raises(ValueError, match=message) as info:
+        model.predict(curves)
     assert "\n" not in str(info.value)
 
 

@@ -23,16 +23,16 @@ LAYERS = {  # top-level subpackage or module of fdp_flower -> rank
     "privacy": 1,
     "functional": 2, "data": 2,
     "algorithms": 3,
-    "outputs": 4,
+    "outputs": 4, "inference": 4,
     "engines": 5, "wire": 5,
     "clients": 6, "strategies": 6,
-    "cli": 7, "server_app": 8, "client_app": 8, "api": 8,
+    "cli": 7, "server_app": 8, "client_app": 8, "api": 8, "estimator": 8,
 }
 FLWR_ALLOWED = {"wire", "clients", "strategies", "server_app", "client_app"}
 #: the package root re-exports the Python API lazily (module __getattr__), its one upward import
-ROOT_REEXPORTS = {"fdp_flower.api"}
+ROOT_REEXPORTS = {"fdp_flower.api", "fdp_flower.estimator"}
 #: pure layers: a fresh interpreter that imports all of them must not load flwr
-PURE = ("config", "core", "privacy", "functional", "data", "algorithms", "outputs")
+PURE = ("config", "core", "privacy", "functional", "data", "algorithms", "outputs", "inference")
 
 
 def _modules() -> dict[str, Path]:
@@ -129,7 +129,8 @@ def test_importing_the_package_loads_nothing_until_the_api_is_used():
 
 #: a results directory's file names, spelled only by :mod:`fdp_flower.outputs.layout` (its one layout)
 RESULTS_FILE_NAMES = ("scenario.yaml", "summary.json", "history.csv", "ledger.csv", "failures.csv", "final.npz",
-                      "iterates.npz", "checkpoint.npz", "releases-requested.jsonl", "convergence.png")
+                      "iterates.npz", "checkpoint.npz", "releases-requested.jsonl", "convergence.png", "model.json",
+                      "model.npz")
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "fdp_flower.outputs.layout"))

@@ -164,3 +164,48 @@ def test_error_quantiles_match_scipy_without_importing_it(law):
     assert design.error_law_quantile(law, 0.5) == 0.0
     with pytest.raises(ValueError, match="tau must be in"):
         design.error_law_quantile(law, 1.0)
+
+
+#: grids on which equispaced cubic-B-spline knots leave knot intervals without grid points (issue 31):
+#: points crowded at 0 (t^3) and a hole in the middle
+CROWDED_GRIDS = {"cubed": np.linspace(0, 1, 50) ** 3,
+                 "hole": np.r_[np.linspace(0, 0.3, 30), np.linspace(0.7, 1, 30)]}
+
+
+@pytest.mark.parametrize("name", sorted(CROWDED_GRIDS))
+def test_bspline_basis_on_a_crowded_grid_moves_its_knots(name):
+    """A 30-function B-spline basis (federated DP-FPCA's default pre-basis) on a grid whose points leave
+    some equispaced knot interval empty: the knots move to the grid's quantiles and the basis is orthonormal
+    in the grid's weighted inner product (before the fix: LinAlgError 'Matrix is not positive definite')."""
+    grid = CROWDED_GRIDS[name]
+    q = quadrature_weights(grid)
+    b = fixed_basis("bspline", 30, grid)
+    np.testing.assert_allclose((b.components * q) @ b.components.T, np.eye(30), atol=1e-8)
+    # on an equispaced grid the grid's quantiles are the equispaced knots: the basis is unchanged
+    from fdp_flower.functional.fpca import _bspline_functions
+
+    t = GRID
+    np.testing.assert_allclose(_bspline_functions(t, 12, np.quantile(t, np.linspace(0, 1, 10))),
+                               _bspline_functions(t, 12, np.linspace(0, 1, 10)), atol=1e-12)
+
+
+def test_linearly_dependent_fixed_basis_is_one_line_error():
+    grid = np.r_[np.linspace(0, 0.3, 6), np.linspace(0.7, 1, 6)]
+    with pytest.raises(ValueError, match=r"fixed basis 'fourier' with n_components=12 on 12 grid points: the functions "
+                                         r"are linearly dependent"):
+        fixed_basis("fourier", 12, grid)
+
+
+@pytest.mark.parametrize("name", sorted(CROWDED_GRIDS))
+def test_federated_dp_fpca_fit_on_a_crowded_grid(name):
+    """basis="fpca" (federated DP-FPCA on a 30-function B-spline pre-basis) fits on a crowded grid, and its
+    components are orthonormal on that grid."""
+    import fdp_flower
+
+    grid = CROWDED_GRIDS[name]
+    data = design.simulate_slice(4, 0, 1200, tau=0.5, grid=grid)
+    model = fdp_flower.fit(data.curves, data.response, grid=grid, basis="fpca", n_components=4, eps=2.0,
+                           n_clients=3, rounds=5, reference=False)
+    q = quadrature_weights(grid)
+    np.testing.assert_allclose((model.basis.components * q) @ model.basis.components.T, np.eye(4), atol=1e-8)
+    assert np.all(np.isfinite(model.beta_values)) and model.privacy.eps <= 2.0

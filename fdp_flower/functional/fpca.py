@@ -290,10 +290,34 @@ def fit_pooled_fpca(curves: np.ndarray, grid: np.ndarray, *, n_components: int |
     return replace(basis, eigenvalues=basis.scores(curves).var(axis=0))
 
 
-def _orthonormalize(raw: np.ndarray, weights: np.ndarray) -> np.ndarray:
+#: a fixed basis whose weighted Gram matrix on the grid has a condition number above this is not
+#: orthonormalized (the Cholesky factor would lose most digits): B-splines move their knots to the
+#: grid's quantiles, other families are refused with a one-line error
+GRAM_CONDITION_LIMIT = 1e10
+
+
+def _gram_condition(raw: np.ndarray, weights: np.ndarray) -> float:
+    values = np.linalg.eigvalsh((raw * weights) @ raw.T)
+    return float(values[-1] / values[0]) if values[0] > 0 else float("inf")
+
+
+def _orthonormalize(raw: np.ndarray, weights: np.ndarray, what: str) -> np.ndarray:
     gram = (raw * weights) @ raw.T
-    chol = np.linalg.cholesky(gram)
+    try:
+        chol = np.linalg.cholesky(gram)
+    except np.linalg.LinAlgError:
+        raise ValueError(f"{what}: the functions are linearly dependent on this grid (their Gram matrix is not "
+                         "positive definite): choose fewer components or a grid with more points") from None
     return np.linalg.solve(chol, raw)
+
+
+def _bspline_functions(t: np.ndarray, n_components: int, inner: np.ndarray) -> np.ndarray:
+    from scipy import interpolate
+
+    knots = np.r_[[0.0] * 3, inner, [1.0] * 3]
+    raw = np.vstack([interpolate.BSpline(knots, np.eye(n_components)[i], 3, extrapolate=False)(t)
+                     for i in range(n_components)])
+    return np.nan_to_num(raw)
 
 
 def fixed_basis(family: str, n_components: int, grid: np.ndarray, *,
@@ -302,7 +326,11 @@ def fixed_basis(family: str, n_components: int, grid: np.ndarray, *,
 
     family : cosine (phi_1 = 1, phi_k = sqrt 2 cos((k-1) pi t)), fourier
     (1, sqrt 2 sin 2 pi k t, sqrt 2 cos 2 pi k t) or bspline (cubic, equispaced
-    knots), all on ``domain`` (default: the grid's range) rescaled to [0, 1].
+    knots), all on ``domain`` (default: the grid's range) rescaled to [0, 1].  On a
+    non-equispaced grid where equispaced knots leave a knot interval (nearly) without grid
+    points, the B-spline knots are placed at the grid's quantiles instead (else the weighted
+    Gram matrix is singular and no orthonormal version exists); functions that stay linearly
+    dependent on the grid are a one-line ``ValueError``.
     """
     grid = _check_grid(grid)
     if family not in FIXED_FAMILIES:
@@ -328,12 +356,12 @@ def fixed_basis(family: str, n_components: int, grid: np.ndarray, *,
     else:
         if n_components < 4:
             raise ValueError("a cubic B-spline basis needs n_components >= 4")
-        from scipy import interpolate
-
-        inner = np.linspace(0, 1, n_components - 2)
-        knots = np.r_[[0.0] * 3, inner, [1.0] * 3]
-        raw = np.vstack([interpolate.BSpline(knots, np.eye(n_components)[i], 3, extrapolate=False)(t)
-                         for i in range(n_components)])
-        raw = np.nan_to_num(raw)
-    components = _orthonormalize(raw, weights)
+        raw = _bspline_functions(t, n_components, np.linspace(0, 1, n_components - 2))
+        if _gram_condition(raw, weights) > GRAM_CONDITION_LIMIT:
+            # Equispaced knots leave some knot interval (nearly) without grid points on this grid, so some
+            # B-spline has (almost) no support among the points and the Gram matrix is singular (Schoenberg-
+            # Whitney).  Knots at the grid's quantiles give every interval its share of the points.
+            raw = _bspline_functions(t, n_components, np.quantile(t, np.linspace(0, 1, n_components - 2)))
+    components = _orthonormalize(raw, weights, f"fixed basis {family!r} with n_components={n_components} on "
+                                               f"{grid.size} grid points")
     return FunctionalBasis(grid, components, np.zeros_like(grid), weights, "fixed")

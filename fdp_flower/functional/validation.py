@@ -120,3 +120,45 @@ def check_partition(n_samples: int, num_clients: int) -> None:
         raise DataValidationError(f"num_clients must be >= 1, got {num_clients}")
     if n_samples < num_clients:
         raise DataValidationError(f"{num_clients} clients but only {n_samples} samples: every client needs one")
+
+
+# ---------------------------------------------------------------- scikit-fda objects
+#: grid points on which an ``skfda.FDataBasis`` is evaluated when no grid is given
+FDATABASIS_GRID_POINTS = 100
+
+
+def is_fdatagrid(obj) -> bool:
+    """An ``skfda.FDataGrid`` (checked by its attributes: scikit-fda need not be imported)."""
+    return hasattr(obj, "data_matrix") and hasattr(obj, "grid_points") and hasattr(obj, "dim_domain")
+
+
+def is_fdatabasis(obj) -> bool:
+    """An ``skfda.FDataBasis`` (a basis expansion: coefficients on a basis over a domain)."""
+    return (hasattr(obj, "coefficients") and hasattr(obj, "basis") and hasattr(obj, "domain_range")
+            and hasattr(obj, "dim_domain") and not hasattr(obj, "data_matrix"))
+
+
+def fdata_values(curves, grid: np.ndarray | None, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values (n, G), grid (G,)) of an ``skfda.FDataGrid`` or ``skfda.FDataBasis`` of scalar curves on an
+    interval, evaluated on ``grid`` (an FDataGrid by its own interpolation where its grid differs; an
+    FDataBasis exactly).  ``grid`` None: the FDataGrid's own grid, or :data:`FDATABASIS_GRID_POINTS`
+    equispaced points over the FDataBasis's domain."""
+    if curves.dim_domain != 1 or curves.dim_codomain != 1:
+        raise DataValidationError(f"{name}: scalar curves on an interval are needed (domain dimension "
+                                  f"{curves.dim_domain}, codomain dimension {curves.dim_codomain})")
+    lo, hi = (float(v) for v in curves.domain_range[0])
+    if grid is None:
+        if is_fdatagrid(curves):
+            own = np.asarray(curves.grid_points[0], dtype=float)
+            return np.asarray(curves.data_matrix[..., 0], dtype=float), own
+        grid = np.linspace(lo, hi, FDATABASIS_GRID_POINTS)
+    grid = np.asarray(grid, dtype=float)
+    if is_fdatagrid(curves):
+        own = np.asarray(curves.grid_points[0], dtype=float)
+        if own.shape == grid.shape and np.allclose(own, grid, rtol=1e-9, atol=0):
+            return np.asarray(curves.data_matrix[..., 0], dtype=float), grid
+    if grid[0] < lo - 1e-12 or grid[-1] > hi + 1e-12:
+        raise DataValidationError(f"{name}: the curves' domain [{lo:g}, {hi:g}] does not cover the grid "
+                                  f"[{grid[0]:g}, {grid[-1]:g}]")
+    values = np.asarray(curves(np.clip(grid, lo, hi))[..., 0], dtype=float)
+    return values, grid

@@ -14,6 +14,8 @@ A results directory (``fdp-flower run``, ``flwr run``, ``fdp_flower.fit(..., out
 ``checkpoint.npz``     FDP-ADMM: the state to ``--resume`` from
 ``releases-requested.jsonl``  FDP-ADMM: the releases asked of the sites (the resume journal)
 ``convergence.png``    the run's figure
+``model.json``         a saved model (``model.save``): format, class and what is not an array
+``model.npz``          a saved model: the estimate, the basis, the inference pieces
 =====================  ==============================================================================
 
 Earlier versions of the relay wrote ``history.json`` and ``ledger.json``; :class:`ResultsDir` still reads them.
@@ -34,6 +36,9 @@ GRAPH_FILE = "graph.json"
 CHECKPOINT_FILE = "checkpoint.npz"
 JOURNAL_FILE = "releases-requested.jsonl"
 CONVERGENCE_PLOT = "convergence.png"
+#: a saved model (``model.save``) is a results directory with these two in place of ``final.npz`` / ``summary.json``
+MODEL_META_FILE = "model.json"
+MODEL_ARRAYS_FILE = "model.npz"
 #: the forms an earlier relay wrote (read, never written)
 LEGACY_HISTORY_FILE = "history.json"
 LEGACY_LEDGER_FILE = "ledger.json"
@@ -90,6 +95,14 @@ class ResultsDir:
         return self.root / JOURNAL_FILE
 
     @property
+    def model_meta(self) -> Path:
+        return self.root / MODEL_META_FILE
+
+    @property
+    def model_arrays(self) -> Path:
+        return self.root / MODEL_ARRAYS_FILE
+
+    @property
     def convergence_plot(self) -> Path:
         return self.root / CONVERGENCE_PLOT
 
@@ -103,4 +116,4 @@ class ResultsDir:
 
 
 __all__ = ["CHECKPOINT_FILE", "CONVERGENCE_PLOT", "FAILURES_FILE", "FINAL_FILE", "GRAPH_FILE", "HISTORY_FILE",
-           "ITERATES_FILE", "JOURNAL_FILE", "LEDGER_FILE", "ResultsDir", "SCENARIO_FILE", "SUMMARY_FILE"]
+           "ITERATES_FILE", "JOURNAL_FILE", "LEDGER_FILE", "MODEL_ARRAYS_FILE", "MODEL_META_FILE", "ResultsDir", "SCENARIO_FILE", "SUMMARY_FILE"]

@@ -27,6 +27,7 @@ import numpy as np
 
 from fdp_flower.functional import design
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.functional.validation import fdata_values, is_fdatabasis, is_fdatagrid
 from fdp_flower.outputs.layout import ResultsDir
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
 
@@ -113,25 +114,25 @@ def _scenario_privacy(scenario) -> tuple[float, str | None, float | None]:
 
 # ---------------------------------------------------------------- functional model
 def _grid_values(curves, grid: np.ndarray, what: str) -> np.ndarray:
-    """(n, G) values of ``curves`` on ``grid``: a 2-d array on that grid, or an FDataGrid (evaluated there)."""
-    if hasattr(curves, "data_matrix") and hasattr(curves, "grid_points"):
-        if curves.dim_domain != 1 or curves.dim_codomain != 1:
-            raise ValueError(f"{what}: an FDataGrid of scalar curves on an interval is needed "
-                             f"(got domain dimension {curves.dim_domain}, codomain {curves.dim_codomain})")
-        own = np.asarray(curves.grid_points[0], dtype=float)
-        if own.shape == grid.shape and np.allclose(own, grid, rtol=1e-9, atol=0):
-            return np.asarray(curves.data_matrix[..., 0], dtype=float)
-        lo, hi = curves.domain_range[0]
-        if grid[0] < lo - 1e-12 or grid[-1] > hi + 1e-12:
-            raise ValueError(f"{what}: the curves' domain [{lo:g}, {hi:g}] does not cover the model's grid "
-                             f"[{grid[0]:g}, {grid[-1]:g}]")
-        return np.asarray(curves(grid)[..., 0], dtype=float)  # the FDataGrid's own interpolation
-    values = np.asarray(curves, dtype=float)
+    """(n, G) values of ``curves`` on ``grid``: a 2-d array (or DataFrame) on that grid, an FDataGrid
+    (evaluated there by its own interpolation when its grid differs) or an FDataBasis (evaluated there)."""
+    if is_fdatagrid(curves) or is_fdatabasis(curves):
+        values = fdata_values(curves, grid, what)[0]
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{what}: the curves contain NaN or infinite values")
+        return values
+    if np.iscomplexobj(curves):
+        raise ValueError(f"{what}: complex values are not accepted")
+    try:
+        values = np.asarray(curves, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected numbers on the model's grid, got values of type "
+                         f"{type(curves).__name__}") from None
     if values.ndim == 1 and values.shape == grid.shape:
         values = values[None, :]
     if values.ndim != 2 or values.shape[1] != grid.size:
-        raise ValueError(f"{what}: expected an array of shape (n, {grid.size}) on the model's grid or an "
-                         f"FDataGrid, got shape {values.shape}")
+        raise ValueError(f"{what}: expected an array of shape (n, {grid.size}) on the model's grid, an "
+                         f"FDataGrid or an FDataBasis, got shape {values.shape}")
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{what}: the curves contain NaN or infinite values")
     return values
@@ -168,6 +169,9 @@ class FunctionalModel:
     stop_reason: str = "completed"
     sample_sizes: tuple[int, ...] = ()
     engine: str = "inprocess"
+    #: the inference releases charged after the fit (:class:`fdp_flower.inference.inprocess.InferenceRecord`),
+    #: None when the fit made none; :meth:`confidence_band` and the intervals of :meth:`summary` need them
+    inference: Any = None
 
     @property
     def grid(self) -> np.ndarray:
@@ -227,6 +231,55 @@ class FunctionalModel:
         if values.shape != self.grid.shape:
             raise ValueError(f"mise: beta must have {self.grid.size} values on the grid, got {values.shape}")
         return float(design.mise(self.beta_values, values, self.grid))
+
+    def with_inference(self, record) -> FunctionalModel:
+        """This model with the inference releases of ``record`` (an
+        :class:`~fdp_flower.inference.inprocess.InferenceRecord`) charged to its ledger; its privacy report is
+        recomputed over all releases, against the total budget the fit and the inference share."""
+        from dataclasses import replace
+
+        ledger = PrivacyLedger(list(self.ledger.releases) + list(record.releases))
+        if record.releases:
+            privacy = PrivacyReport.from_ledger(ledger, delta=self.privacy.delta, mode="total",
+                                                eps_budget=record.eps_total)
+        else:
+            privacy = self.privacy
+        return replace(self, ledger=ledger, privacy=privacy, inference=record)
+
+    def confidence_band(self, level: float = 0.95, *, debias: bool = True, draws: int = 20000, seed: int = 0):
+        """Pointwise and simultaneous confidence bands for beta(t) on the grid and an interval for the
+        intercept (:class:`fdp_flower.inference.bands.ConfidenceBand`), accounting for the sampling error and
+        the privacy noise (docs/inference.md).  Needs the inference releases (:attr:`inference`): fit with
+        :class:`fdp_flower.FDPQuantileRegressor` or add them with :func:`fdp_flower.infer`.  Post-processing:
+        costs no privacy; ``seed`` fixes the simulation of the simultaneous band's critical value."""
+        if self.inference is None:
+            raise ValueError("confidence_band: this model has no inference releases (fit it with "
+                             "fdp_flower.FDPQuantileRegressor, or add them with fdp_flower.infer(model, curves, y, "
+                             "eps_total=...))")
+        from fdp_flower.inference.bands import InferenceError
+        from fdp_flower.inference.fdp_admm import model_band
+
+        if self.inference.sandwich is None:
+            raise InferenceError(self.inference.failure)
+        return model_band(self, self.inference.sandwich, level=level, debias=debias, draws=draws, seed=seed)
+
+    def summary(self, points=None, level: float = 0.95):
+        """A statsmodels-style summary (:class:`fdp_flower.outputs.summary.ModelSummary`, printable): the
+        intercept and beta(t) at ``points`` (default: 5 equispaced points of the grid) with standard errors
+        (sampling and privacy parts) and ``level`` intervals when the model has inference releases; n, the
+        sites, tau, the penalty, eps/delta with the neighbouring relation and the budget split, the basis and
+        whether it was private."""
+        from fdp_flower.outputs.summary import model_summary
+
+        return model_summary(self, points=points, level=level)
+
+    def save(self, path) -> Path:
+        """Write the model to the directory ``path`` (created; :func:`load_model` or ``fdp_flower.load`` reads
+        it back): ``scenario.yaml``, ``model.npz`` (the released estimate, the basis, the inference pieces),
+        ``ledger.csv``, ``history.csv`` and ``model.json``.  Everything saved is a release or public."""
+        from fdp_flower.outputs.model_files import save_model
+
+        return save_model(self, path)
 
     def __repr__(self) -> str:
         s = self.scenario
@@ -310,6 +363,12 @@ class TabularModel:
         """Fitted values (quantile / median / mean), or labels in {-1, +1} for the logistic loss."""
         score = self.decision_function(features)
         return np.where(score >= 0, 1.0, -1.0) if self.loss == "logistic" else score
+
+    def save(self, path) -> Path:
+        """Write the model to the directory ``path`` (:func:`load_model` or ``fdp_flower.load`` reads it back)."""
+        from fdp_flower.outputs.model_files import save_model
+
+        return save_model(self, path)
 
     def __repr__(self) -> str:
         return (f"TabularModel({self.algorithm}, loss={self.loss}, K={self.coefficients.size}, "

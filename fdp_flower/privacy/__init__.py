@@ -4,7 +4,8 @@
   per-client totals (zCDP, RDP and PLD through ``dp_accounting``);
 - :mod:`.calibration`: schedule shapes and total-budget calibration;
 - :mod:`.closed_forms`: each paper's printed privacy figure, to show beside the ledger;
-- :mod:`.guard`: :class:`BudgetGuard`, which refuses a release that would exceed a total budget.
+- :mod:`.guard`: :class:`BudgetGuard`, which refuses a release that would exceed a total budget;
+- :mod:`.accountant`: :class:`PrivacyAccountant`, one data set's budget across fits (composed by PLD).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ _EXPORTS = {
     **dict.fromkeys(["SCHEDULE_SHAPES", "calibrate_noise_multiplier", "calibrate_schedule", "composed_gaussian_event",
                      "schedule_multipliers"], "calibration"),
     **dict.fromkeys(["BudgetExhausted", "BudgetGuard", "GuardReport"], "guard"),
+    **dict.fromkeys(["AccountedFit", "BudgetExceeded", "PrivacyAccountant"], "accountant"),
     **dict.fromkeys(["NEIGHBOURING_FACTORS", "GaussianRelease", "PrivacyLedger", "PrivacySummary", "pld_epsilon",
                      "rdp_epsilon", "summarize", "zcdp_epsilon"], "ledger"),
 }

@@ -62,7 +62,9 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #:   difference of the two means at one point over the strong convexity, and that difference is the one above);
 #: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded;
 #: - ``clipped_rows_count``: a count of records (not a mean), which one replaced, added or removed
-#:   record changes by at most 1: sensitivity 1 under both relations.
+#:   record changes by at most 1: sensitivity 1 under both relations;
+#: - ``qr_scale_histogram``, ``qr_gram``, ``qr_window_fraction``: the inference releases after an
+#:   FDP-ADMM fit (fractions of residuals in bins, the Gram matrix of the clipped rows; docs/inference.md).
 #:
 #: A bare ``gaussian`` release has no known query, so it is not converted.
 NEIGHBOURING_FACTORS: dict[str, float] = {
@@ -74,6 +76,9 @@ NEIGHBOURING_FACTORS: dict[str, float] = {
     "nfl_primal": 1.0,
     "fpca_covariance": 1.0,
     "clipped_rows_count": 1.0,  # a count of records: +-1 when one is replaced, added or removed
+    "qr_scale_histogram": 1.0,
+    "qr_gram": 1.0,
+    "qr_window_fraction": 1.0,
 }
 
 
