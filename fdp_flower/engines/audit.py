@@ -510,7 +510,7 @@ class P2PProtocol(_Protocol):
             x = self._anchored_primal(node_step, anchor, data.features, data.response)
             return x, x
         request = {k: check_node_public(k, v, self.problem.dim)
-                   for k, v in node_step.request(self.algorithm).items()}
+                   for k, v in {**node_step.request(self.algorithm), **public.get("request", {})}.items()}
         if self.algorithm.exact:
             return exact_solution(self.plan, self.c, request, data.features, data.response)[0], None
         return descent_term(self.plan, request["point"], data.features, data.response), None
@@ -532,20 +532,30 @@ class P2PProtocol(_Protocol):
         if self.variant is not None:
             return None  # the private-anchor variant is not the site's code
         node_step = plan_node(self.algorithm, self.graph, public["state"], self.c)
-        values = {**node_step.request(self.algorithm), **(crafted or {})}
+        values = {**node_step.request(self.algorithm), **public.get("request", {}), **(crafted or {})}
         held = site.NodeData({self.c: (data.features, data.response)})
         (out,) = site.answer([SiteRequest(self.c, step, values)], held, self.plan, noise)
         return out
 
     def adversarial_states(self, row):
+        """The node's own release moved to each probe point x.  For PR-ADMM's exact solve the relay also names a
+        zero dual and the neighbour sum b = 2 |V_i| s x, which puts the minimizer of the node's subproblem
+        phi(x) = f_i(x) + eta |V_i| ||x||^2 - eta <b, x> near s x: the data term moves it by at most
+        G / (2 eta |V_i|), so with s = 1 + G ||a|| / (2 eta |V_i| PROBE_MARGIN) every row's loss derivative stays
+        saturated at the minimizer, where the solution's sensitivity attains its bound V / (m_i eta |V_i|)."""
         from dataclasses import replace
 
         out = []
+        degree = int(self.degrees[self.c])
+        quad = 2.0 * self.algorithm.penalty * degree
         for x in self.probe_points(row):
             public = self.start()
             released = public["state"].released.copy()
             released[self.c] = x
             public["state"] = replace(public["state"], released=released)
+            if self.algorithm.exact:
+                s = 1.0 + self.algorithm.gradient_bound * float(np.linalg.norm(row)) / (quad * PROBE_MARGIN)
+                public["request"] = {"point": x, "dual": np.zeros_like(x), "neighbour_sum": 2.0 * degree * s * x}
             out.append(public)
         return out
 
