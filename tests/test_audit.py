@@ -416,3 +416,41 @@ def test_fdp_flower_audit_fails_on_a_site_mutant_that_the_transcript_checks_miss
     failures = [line for line in err.splitlines() if line.startswith("AUDIT FAILED")]
     assert failures and all("the released noise's variance" in f or "the site's release moves by" in f
                             for f in failures), err
+
+
+def _adds_the_point(monkeypatch, family):
+    """A mutant site that releases its noisy term plus the point it was sent (a primal-like release, as FDP-ADMM's
+    client once did): a point of 1.5 * 2^59 then rounds the noise away."""
+    import importlib
+    from dataclasses import replace
+
+    module = importlib.import_module(f"fdp_flower.algorithms.{family}.site")
+    real, key = module.answer, "x_hat" if family == "gradient_admm" else "point"
+
+    def answer(requests, data, plan, noise, **kw):
+        out = real(requests, data, plan, noise, **kw)
+        return [o if isinstance(o, Exception) else replace(o, value=o.value + np.asarray(r.public[key], dtype=float))
+                for o, r in zip(out, requests)]
+    monkeypatch.setattr(module, "answer", answer)
+
+
+@pytest.mark.parametrize("name, overrides, family", SITE_FAMILIES, ids=FAMILY_IDS)
+def test_adversarial_mode_every_crafted_value_is_refused_or_keeps_the_ledgers_spread(monkeypatch, name, overrides,
+                                                                                     family):
+    """Every public value of the request replaced by 1e300, +-1e300, 2e100, 1e100, 1.5 * 2^59, subnormals, NaN,
+    inf, zero and the wrong shape: refused with nothing charged, or released with the ledger's spread.  The
+    non-finite, out-of-bound and misshapen values are refused in every family (subnormals by the peer-to-peer
+    node; FDP-ADMM and DP-ADMM release their bounded data term there, with the ledger's spread).  A mutant that
+    adds the point to its release passes the start state but fails here (the noise rounds away at 1.5 * 2^59)."""
+    report = _site_audit(name, overrides, adversarial=True)
+    assert report.passed, "\n".join(report.failures)
+    crafted = {s.where: s for s in report.spreads if ", " in s.where}
+    for where, s in crafted.items():
+        if any(bad in where for bad in ("= 1e300", "= +-1e300", "2 x the magnitude bound", "NaN", "= inf",
+                                        "wrong shape")) or (family == "p2p" and "subnormal" in where):
+            assert s.outcome == "refused", where
+    assert any(s.outcome == "released" and "1.5 * 2^59" in w for w, s in crafted.items())
+    _adds_the_point(monkeypatch, family)
+    assert _site_audit(name, overrides).passed  # at the start state the point is 0
+    mutant = _site_audit(name, overrides, adversarial=True)
+    assert any("1.5 * 2^59" in f and "variance is" in f for f in mutant.failures), "\n".join(mutant.failures)
