@@ -43,6 +43,7 @@ from fdp_flower.config.sections import (
     OutputConfig,
     PenaltyConfig,
     PrivacyConfig,
+    TabularNodeFiles,
 )
 
 #: The fields of the earlier peer-to-peer schema and where they are now (a scenario that still uses one fails
@@ -213,7 +214,7 @@ class P2PArraysData(_Frozen):
 
 
 P2PDataSource = tagged_union(SyntheticRegressionData, P2PAdultData, P2PBreastCancerData, P2PArraysData,
-                             default="synthetic_regression")
+                             TabularNodeFiles, default="synthetic_regression")
 
 
 # ---------------------------------------------------------------- model (the shared loss and penalty sections)
@@ -452,7 +453,11 @@ class P2PScenario(_Frozen):
             raise ValueError("decentralized_admm is the non-private baseline; set privacy.enabled: false")
         check_privacy_section(self.privacy)
         m = self.model
-        if self.data.kind == "arrays":
+        if self.data.kind == "node_files":  # each node reads its own file; the site checks its labels
+            if m.intercept:
+                raise ValueError("model.intercept: node_files rows are used as they are (add the column to the "
+                                 "files, or use arrays data)")
+        elif self.data.kind == "arrays":
             if len(self.data.paths) != n:
                 raise ValueError(f"data.paths names {len(self.data.paths)} files for {n} nodes "
                                  f"(federation.num_clients)")

@@ -177,6 +177,9 @@ def build_problem(scenario, *, with_reference: bool = True):
         return p.synthetic_problem(data.problem, num_nodes=num_nodes, samples_per_node=data.samples_per_node,
                                    dim=data.dim, noise=data.noise, c1=c1, heterogeneity=data.heterogeneity, rng=rng,
                                    loss=loss, penalty=penalty, lam=lam, with_reference=with_reference)
+    if data.kind == "node_files":
+        raise ValueError("data kind node_files: each node reads its own file (its node config's data-path); no "
+                         "process holds every node's rows")
     if data.kind == "arrays":
         if len(data.paths) != num_nodes:
             raise ValueError(f"data.paths names {len(data.paths)} files for a graph of {num_nodes} nodes")
