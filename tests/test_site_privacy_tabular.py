@@ -75,10 +75,12 @@ def context(path, ledger_dir, run_id=RUN, **site):
 
 
 def train(monkeypatch, sc, ctx, round_, name, point):
+    """The server's request of ``round_``: ``{name: point}``, or the mapping ``name`` itself."""
     from fdp_flower import client_app
 
     monkeypatch.setattr(client_app, "run_scenario", lambda _ctx: sc)
-    content = pack_requests([SiteRequest(None, round_, {name: point})], {}, {})
+    public = dict(name) if isinstance(name, dict) else {name: point}
+    content = pack_requests([SiteRequest(None, round_, public)], {}, {})
     return client_app.train(Message(content, dst_node_id=5, message_type=MessageType.TRAIN), ctx)
 
 
@@ -109,11 +111,27 @@ def p2p_truth(sc, features, response, point, round_):
     return descent_term(plan, point, clipped, y), float(plan.calibration(round_, 0, M_I)[1])
 
 
+def pr_admm_scenario(**sections):
+    return p2p_scenario(**{"model": {"loss": {"kind": "logistic"}, "penalty": {"kind": "l2", "lam": 0.1},
+                                     "clip_c1": 1.0},
+                           "algorithm": {"kind": "pr_admm", "eta": 0.05, "rounds": 50}, **sections})
+
+
+def pr_admm_truth(sc, features, response, public, round_):
+    """PR-ADMM's exact local solution at the public values (the Newton solve the node runs)."""
+    from fdp_flower.algorithms.p2p.site import exact_solution
+    from fdp_flower.clients.p2p import node_local_setup
+
+    _alg, plan, (clipped, y) = node_local_setup(sc, features, response)
+    return exact_solution(plan, 0, public, clipped, y)[0], float(plan.calibration(round_, 0, M_I)[1])
+
+
 FAMILIES = {  # name -> (scenario builder, point name, noise-free term, response column)
     "dp_admm": (gradient_scenario, "x_hat", gradient_truth, 1),
     "dp_acc_admm": (lambda **s: gradient_scenario("dp_acc_admm", **s), "x_hat", gradient_truth, 1),
     "zcdp_nfl": (p2p_scenario, "point", p2p_truth, 2),
 }
+P2P_FAMILIES = ("zcdp_nfl", "pr_admm")
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -125,7 +143,7 @@ def test_a_node_with_its_own_file_charges_its_ledger_and_draws_noise_the_run_see
     features, response = rows[0], rows[column]
     path = writer(tmp_path, features, response)
     ledger = tmp_path / "ledger"
-    n = 4 if family == "zcdp_nfl" else 2
+    n = 4 if family in P2P_FAMILIES else 2
     point = np.linspace(-0.5, 0.5, K)
     standardized, residuals = [], []
     for r in range(1, 31):
@@ -155,7 +173,7 @@ def test_a_node_with_its_own_file_refuses_past_max_eps_with_nothing_released(tmp
     sc = build()
     path = npz_site(tmp_path, rows[0], rows[column])
     ledger = tmp_path / "ledger"
-    n = 4 if family == "zcdp_nfl" else 2
+    n = 4 if family in P2P_FAMILIES else 2
     point = np.zeros(K)
     first = train(monkeypatch, sc, context(path, ledger, n=n), 1, name, point)
     assert not first.has_error(), first.error.reason
@@ -181,7 +199,7 @@ def test_a_node_with_its_own_file_serves_that_file_only(tmp_path, monkeypatch, r
     build, name, truth, column = FAMILIES[family]
     path = npz_site(tmp_path, rows[0], rows[column])
     ledger = tmp_path / "ledger"
-    n = 4 if family == "zcdp_nfl" else 2
+    n = 4 if family in P2P_FAMILIES else 2
     public = {"kind": "breast_cancer"} if family != "zcdp_nfl" else {"kind": "synthetic_regression", "dim": K}
     decoy = write_arrays_file(tmp_path / "decoy.npz", rows[0], rows[column])
     named = {"kind": "arrays", "paths": [str(decoy)] * n}
@@ -217,3 +235,69 @@ def test_a_loss_whose_bound_the_nodes_labels_break_is_refused(tmp_path, monkeypa
     reply = train(monkeypatch, logistic, context(path, ledger, n=4), 1, "point", np.zeros(K))
     assert reply.has_error() and "{-1, +1}" in reply.error.reason
     assert charges(ledger) == []
+
+
+# ------------------------------------------------------------------ a server that sends crafted values
+CRAFTED = [np.full(K, 1.5 * 2.0**59), np.r_[1.5 * 2.0**59, np.zeros(K - 1)], np.full(K, -1e99), np.zeros(K),
+           np.r_[1e99, -1e99, 0.0, 1.0, 1e99]]
+REFUSED = [np.full(K, 1e300), np.full(K, np.nan), np.full(K, np.inf), np.zeros(K + 1)]
+
+
+def test_crafted_duals_and_neighbour_sums_of_pr_admm_are_refused_or_keep_the_ledgers_spread(tmp_path, monkeypatch,
+                                                                                              rows):
+    """PR-ADMM's exact solve is sent a point, a dual and a neighbour sum.  Values that would push the solution to a
+    magnitude where float spacing absorbs part of the noise (1.5 * 2^59, 1e99) are refused with nothing charged; a
+    moderate crafted state is released with the ledger's spread (40 releases x K = 200 draws)."""
+    sc = pr_admm_scenario()
+    features, labels = rows[0], rows[1]
+    path = npz_site(tmp_path, features, labels)
+    ledger = tmp_path / "ledger"
+    zero = np.zeros(K)
+    for bad in (np.full(K, 1.5 * 2.0**59), np.full(K, 1e99), np.full(K, 1e300), np.full(K, np.nan)):
+        for key in ("dual", "neighbour_sum"):
+            public = {"point": zero, "dual": zero, "neighbour_sum": zero, key: bad}
+            reply = train(monkeypatch, sc, context(path, ledger, n=4), 1, public, None)
+            assert reply.has_error() and not reply.has_content(), key
+    reply = train(monkeypatch, sc, context(path, ledger, n=4), 1, {"point": zero, "weights": zero}, None)
+    assert reply.has_error() and "never sent" in reply.error.reason
+    assert charges(ledger) == []
+    standardized = []
+    for r in range(1, 41):
+        public = {"point": np.full(K, 1.5 * 2.0**59) if r % 2 else zero, "dual": np.linspace(-2, 2, K),
+                  "neighbour_sum": np.linspace(3, -3, K)}
+        reply = train(monkeypatch, sc, context(path, ledger, n=4), r, public, None)
+        assert not reply.has_error(), reply.error.reason
+        term, sigma = pr_admm_truth(sc, features, labels, public, r)
+        standardized.append((reply.content["arrays"]["release"].numpy()[0] - term) / sigma)
+    z = np.concatenate(standardized)
+    assert stats.chi2.ppf(1e-6, z.size) <= np.sum(z**2) <= stats.chi2.ppf(1 - 1e-6, z.size)
+    assert len(charges(ledger)) == 40
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_crafted_points_are_refused_or_keep_the_ledgers_spread_on_the_node(tmp_path, monkeypatch, rows, family):
+    """Through the real ClientApp of a node with its own file: points chosen to absorb the noise in floating point
+    (1.5 * 2^59, where float spacing is 128) or near the magnitude bound are released with the spread the ledger
+    records (the release is the data term, bounded by G; 60 releases x K = 300 draws, chi-square at 1e-6 each
+    side); non-finite, out-of-bound or misshapen points are refused with nothing charged."""
+    build, name, truth, column = FAMILIES[family]
+    sc = build(algorithm={**build().algorithm.model_dump(mode="json"), "rounds": 60})
+    features, response = rows[0], rows[column]
+    path = npz_site(tmp_path, features, response)
+    ledger = tmp_path / "ledger"
+    n = 4 if family in P2P_FAMILIES else 2
+    for point in REFUSED:
+        reply = train(monkeypatch, sc, context(path, ledger, n=n), 1, name, point)
+        assert reply.has_error() and not reply.has_content()
+    assert charges(ledger) == []
+    standardized = []
+    for r in range(1, 61):
+        point = CRAFTED[r % len(CRAFTED)]
+        reply = train(monkeypatch, sc, context(path, ledger, n=n), r, name, point)
+        assert not reply.has_error(), reply.error.reason
+        term, sigma = truth(sc, features, response, point, r)
+        standardized.append((reply.content["arrays"]["release"].numpy()[0] - term) / sigma)
+    z = np.concatenate(standardized)
+    assert abs(z.mean()) < 5 / np.sqrt(z.size)
+    assert stats.chi2.ppf(1e-6, z.size) <= np.sum(z**2) <= stats.chi2.ppf(1 - 1e-6, z.size)
+    assert len(charges(ledger)) == 60
