@@ -454,3 +454,34 @@ def test_adversarial_mode_every_crafted_value_is_refused_or_keeps_the_ledgers_sp
     assert _site_audit(name, overrides).passed  # at the start state the point is 0
     mutant = _site_audit(name, overrides, adversarial=True)
     assert any("1.5 * 2^59" in f and "variance is" in f for f in mutant.failures), "\n".join(mutant.failures)
+
+
+def test_adversarial_mode_switched_losses_are_refused_or_calibrated(monkeypatch):
+    """A server that switches FDP-ADMM's loss: the logistic loss on the site's real-valued responses is refused on
+    the site (its G = c1 assumes labels in {-1, +1}); the absolute and squared losses are released with the
+    sensitivity and spread the ledger records.  A mutant site that skips the label check releases under the
+    logistic loss and fails: its release moves by many times the calibrated 2 c1 / m."""
+    from fdp_flower.core.losses import LogisticLoss
+    from fdp_flower.engines.audit import switched_loss_audits
+
+    scenario = load_any_scenario(SCENARIOS / "quickstart.yaml", FDP_SMALL)
+    results = {r.loss: r for r in switched_loss_audits(scenario)}
+    assert set(results) == {"absolute", "logistic", "squared"}
+    assert results["logistic"].outcome == "refused" and "labels in {-1, +1}" in results["logistic"].reason
+    for kind in ("absolute", "squared"):
+        assert results[kind].outcome == "released" and results[kind].site.passed, results[kind].site.failures
+    monkeypatch.setattr(LogisticLoss, "check_response", lambda self, response: None)
+    mutant = {r.loss: r for r in switched_loss_audits(scenario)}["logistic"]
+    assert mutant.outcome == "released" and not mutant.site.passed
+    assert any(f.startswith("loss switched to logistic:") and "moves by" in f for f in mutant.site.failures)
+
+
+def test_cli_adversarial_mode_passes_on_the_real_code(capsys):
+    from fdp_flower.cli import main
+
+    code = main(["audit", str(SCENARIOS / "p2p_breast_cancer_pr_admm.yaml"), "--steps", "2", "--trials", "8",
+                 "--transcripts", "2", "--no-steps", "--adversarial", "--set", "data.samples_per_node=40",
+                 "--set", "privacy.mode=per_round", "--set", "privacy.eps=1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "neighbour_sum = 1.5 * 2^59" in out and "Losses switched by the server" in out

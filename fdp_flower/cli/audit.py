@@ -57,8 +57,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "sigma (default: %(default)s)")
     p.add_argument("--adversarial", action="store_true",
                    help="also send the site function crafted public values (1e300, subnormals, NaN, values that "
-                        "absorb noise in floating point, the wrong shape): each must be refused with nothing "
-                        "charged, or released with the ledger's spread")
+                        "absorb noise in floating point, the wrong shape) and scenarios with a switched loss: each "
+                        "must be refused with nothing charged, or released with the ledger's sensitivity and spread")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's noise (default: %(default)s)")
     p.add_argument("--out", default=None, help="also write the report (Markdown) to this file")
     p.add_argument("--no-steps", action="store_true", help="omit the per-step table")
@@ -77,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
                             site_samples=args.site_samples, site_alpha=args.site_alpha,
                             adversarial=args.adversarial)
     text = format_report(report, per_step=not args.no_steps)
+    if args.adversarial and not args.fpca and args.variant is None:
+        from fdp_flower.engines.audit import format_switched, switched_loss_audits
+
+        switched = switched_loss_audits(scenario, party=args.party, samples=args.site_samples,
+                                        alpha=args.site_alpha, tolerance=args.tolerance, seed=args.seed)
+        text += "\n" + format_switched(switched)
+        report.failures += [f for r in switched if r.site is not None for f in r.site.failures]
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

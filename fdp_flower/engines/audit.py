@@ -1069,6 +1069,65 @@ def format_site_report(report: SiteAudit) -> str:
     return "\n".join(lines)
 
 
+#: The loss kinds a hostile server may name in its scenario instead of the run's (the shared loss section's).
+LOSS_KINDS = ("quantile", "absolute", "logistic", "squared")
+
+
+@dataclass
+class SwitchedLoss:
+    """The site function under a scenario whose loss the server switched (:func:`switched_loss_audits`)."""
+
+    loss: str
+    outcome: str  # "refused" (nothing released) | "released" (then ``site`` must pass)
+    reason: str = ""
+    site: SiteAudit | None = None
+
+
+def switched_loss_audits(scenario, *, party: int = 0, steps: int = 1, samples: int = 100, alpha: float = 1e-4,
+                         tolerance: float = 1e-6, seed: int = 0) -> list[SwitchedLoss]:
+    """A hostile server's scenario with another loss (each of :data:`LOSS_KINDS` but the run's), applied to the
+    party's same rows with no schema validation (a server may send any run config): the site must refuse it --
+    its data checks (the logistic loss's labels in {-1, +1}, finite responses) or its setup raise before anything
+    is released -- or release under it with the sensitivity and spread its ledger records (:func:`audit_site`)."""
+    current = scenario.model.loss.kind
+    out = []
+    for kind in LOSS_KINDS:
+        if kind == current:
+            continue
+        model = scenario.model.model_copy(update={"loss": scenario.model.loss.model_copy(update={"kind": kind})})
+        switched = scenario.model_copy(update={"model": model})
+        try:
+            protocol = protocol_for(switched, party=party)
+            first = site_draws(protocol, protocol.start(), protocol.party(), 1, [np.random.default_rng(seed)])
+        except (ValueError, TypeError, ArithmeticError) as exc:  # refused before any release
+            out.append(SwitchedLoss(kind, "refused", " ".join(str(exc).split())))
+            continue
+        if first is None:
+            continue
+        if first.refused:
+            out.append(SwitchedLoss(kind, "refused", " ".join(str(first.refused[0]).split())))
+            continue
+        site = audit_site(protocol, steps=steps, samples=samples, alpha=alpha, tolerance=tolerance, seed=seed)
+        site.failures = [f"loss switched to {kind}: {f}" for f in site.failures]
+        out.append(SwitchedLoss(kind, "released", site=site))
+    return out
+
+
+def format_switched(results: list[SwitchedLoss]) -> str:
+    """The switched-loss table (Markdown)."""
+    lines = ["", "#### Losses switched by the server", "",
+             "| loss | outcome | released change / ledger sensitivity | noise variance / sigma^2 |", "|---|---|---|---|"]
+    for r in results:
+        if r.site is None:
+            lines.append(f"| {r.loss} | refused: {r.reason[:100]} | | |")
+            continue
+        sens = max((v for _w, v in r.site.sensitivity), default=float("nan"))
+        spread = [p.test.ratio for p in r.site.spreads if p.test is not None]
+        verdict = "released" if r.site.passed else "FAIL"
+        lines.append(f"| {r.loss} | {verdict} | {sens:.4f} | {min(spread):.3f}-{max(spread):.3f} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ text output
 def format_report(report: AuditReport, *, per_step: bool = True) -> str:
     """The per-step and per-pair tables of a report (Markdown)."""
@@ -1109,11 +1168,20 @@ def summary_row(report: AuditReport) -> str:
     kl = max(report.pairs, key=lambda p: p.kl.conditional / p.rho)
     lr = report.lr_test
     acc = report.eps_accounted[report.lr_relation]
+    site = "n/a"
+    if report.site is not None:
+        sens = max((r for _w, r in report.site.sensitivity), default=float("nan"))
+        spread = [p.test.ratio for p in report.site.spreads if p.test is not None]
+        refused = sum(p.outcome == "refused" for p in report.site.spreads)
+        site = (f"{sens:.4f}; {min(spread):.3f}-{max(spread):.3f} ({len(spread)} released"
+                + (f", {refused} refused" if refused else "") + ")")
     return (f"| {report.algorithm} | {', '.join(report.relations)} | {report.steps} | {ratio:.4f} | "
-            f"{kl.kl.conditional:.4g} / {kl.rho:.4g} ({kl.label}) | {lr.eps_lower:.3g} / {acc:.3g} | "
+            f"{kl.kl.conditional:.4g} / {kl.rho:.4g} ({kl.label}) | {lr.eps_lower:.3g} / {acc:.3g} | {site} | "
             f"{'pass' if report.passed else 'FAIL'} |")
 
 
 SUMMARY_HEADER = ("| algorithm | relations | steps | max measured / calibrated sensitivity | MC KL / zCDP rho "
-                  "(worst pair) | eps lower bound / accounted eps | verdict |\n|---|---|---|---|---|---|---|")
+                  "(worst pair) | eps lower bound / accounted eps | site function: released change / ledger "
+                  "sensitivity; noise variance / ledger sigma^2 (requests) | verdict |\n"
+                  "|---|---|---|---|---|---|---|---|")
 
