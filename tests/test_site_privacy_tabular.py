@@ -130,11 +130,25 @@ FAMILIES = {  # name -> (scenario builder, point name, noise-free term, response
     "dp_admm": (gradient_scenario, "x_hat", gradient_truth, 1),
     "dp_acc_admm": (lambda **s: gradient_scenario("dp_acc_admm", **s), "x_hat", gradient_truth, 1),
     "zcdp_nfl": (p2p_scenario, "point", p2p_truth, 2),
+    "dp_nfl": (lambda **s: p2p_scenario(**{"algorithm": {"kind": "dp_nfl", "rho": 1.0, "rounds": 50,
+                                                         "step": {"kind": "inv", "eta0": 30.0}}, **s}),
+               "point", p2p_truth, 2),
+    "zcdp_grad_nfl": (lambda **s: p2p_scenario(**{"algorithm": {"kind": "zcdp_grad_nfl", "rounds": 50,
+                                                                "step": {"kind": "inv", "eta0": 5.0},
+                                                                "budget": {"kind": "constant"}}, **s}),
+                      "point", p2p_truth, 2),
+    "p_admm": (lambda **s: p2p_scenario(**{"model": {"loss": {"kind": "squared", "residual_bound": 2.0},
+                                                     "penalty": {"kind": "l2", "lam": 0.1}, "clip_c1": 1.5},
+                                           "algorithm": {"kind": "p_admm", "eta": 0.3, "gamma": 1.0, "rounds": 50,
+                                                         "decay": {"kind": "periodic", "decay": 0.9, "period": 20}},
+                                           **s}),
+               "point", p2p_truth, 2),
 }
-P2P_FAMILIES = ("zcdp_nfl", "pr_admm")
+P2P_FAMILIES = ("zcdp_nfl", "dp_nfl", "zcdp_grad_nfl", "p_admm", "pr_admm")
+MAIN = ["dp_admm", "dp_acc_admm", "zcdp_nfl"]  # the ledger, max-eps and file-only tests run on one p2p kind
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", MAIN)
 @pytest.mark.parametrize("writer", [npz_site, csv_site], ids=["npz", "csv"])
 def test_a_node_with_its_own_file_charges_its_ledger_and_draws_noise_the_run_seed_does_not_give(
         tmp_path, monkeypatch, rows, family, writer):
@@ -165,7 +179,7 @@ def test_a_node_with_its_own_file_charges_its_ledger_and_draws_noise_the_run_see
     assert {e["noise"] for e in events} == {"os_entropy"}
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", MAIN)
 def test_a_node_with_its_own_file_refuses_past_max_eps_with_nothing_released(tmp_path, monkeypatch, rows, family):
     from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon
 
@@ -191,7 +205,7 @@ def test_a_node_with_its_own_file_refuses_past_max_eps_with_nothing_released(tmp
     assert "secret-site" not in reply.error.reason and str(tmp_path) not in reply.error.reason
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", MAIN)
 def test_a_node_with_its_own_file_serves_that_file_only(tmp_path, monkeypatch, rows, family):
     """Another data kind (a public set, files the scenario names) on a node with a data-path, a request for another
     partition, and node_files without a data-path: refused, nothing released or charged, no local path in the
@@ -200,7 +214,7 @@ def test_a_node_with_its_own_file_serves_that_file_only(tmp_path, monkeypatch, r
     path = npz_site(tmp_path, rows[0], rows[column])
     ledger = tmp_path / "ledger"
     n = 4 if family in P2P_FAMILIES else 2
-    public = {"kind": "breast_cancer"} if family != "zcdp_nfl" else {"kind": "synthetic_regression", "dim": K}
+    public = {"kind": "breast_cancer"} if family not in P2P_FAMILIES else {"kind": "synthetic_regression", "dim": K}
     decoy = write_arrays_file(tmp_path / "decoy.npz", rows[0], rows[column])
     named = {"kind": "arrays", "paths": [str(decoy)] * n}
     for data in (public, named):
