@@ -288,4 +288,5 @@ def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0)
 
 
 __all__ = ["SOURCES", "AdultA9ASource", "AdultNodesSource", "ArraysSource", "BreastCancerNodesSource",
-           "BreastCancerSource", "PartitionedRows", "TabularNodeFilesSource", "data_rng", "fixed_size_split", "split_clients", "tabular_source"]
+           "BreastCancerSource", "PartitionedRows", "TabularNodeFilesSource", "data_rng", "fixed_size_split",
+           "split_clients", "tabular_source"]

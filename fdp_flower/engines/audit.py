@@ -1116,7 +1116,8 @@ def switched_loss_audits(scenario, *, party: int = 0, steps: int = 1, samples: i
 def format_switched(results: list[SwitchedLoss]) -> str:
     """The switched-loss table (Markdown)."""
     lines = ["", "#### Losses switched by the server", "",
-             "| loss | outcome | released change / ledger sensitivity | noise variance / sigma^2 |", "|---|---|---|---|"]
+             "| loss | outcome | released change / ledger sensitivity | noise variance / sigma^2 |",
+             "|---|---|---|---|"]
     for r in results:
         if r.site is None:
             lines.append(f"| {r.loss} | refused: {r.reason[:100]} | | |")
