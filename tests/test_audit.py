@@ -275,3 +275,213 @@ def test_dp_admm_replace_one_figure_agrees_with_dp_accounting_from_measured_sens
 
 def test_dp_admm_add_remove_figure_agrees_with_dp_accounting_from_measured_sensitivity():
     _dp_admm_figures_agree("add_remove")
+
+
+# ------------------------------------------------------------------ the noise actually drawn (the site function)
+def test_spread_test_is_exact_chi_square_and_has_power_against_half_sigma():
+    """X = sum ((v - vbar) / (sigma s))^2 ~ chi^2((N - 1) K) when the noise drawn is the noise charged: at level
+    0.05 it rejects 5% of 4000 honest samples (binomial sd 0.0034, accepted within 4 sd); a sigma / 2 draw has
+    ratio 1/4, below the lower bound 1 - 5.33 sqrt(2 / dof) of the audit's level for dof >= 40."""
+    from fdp_flower.privacy.audit import noise_spread_test
+
+    rng = np.random.default_rng(1)
+    scales = np.array([1.0, 2.0, 0.5])
+    honest = [noise_spread_test(5.0 + 0.7 * scales * rng.standard_normal((20, 3)), 0.7, scales, alpha=0.05)
+              for _ in range(4000)]
+    rate = np.mean([not t.passed for t in honest])
+    assert abs(rate - 0.05) <= 4 * np.sqrt(0.05 * 0.95 / 4000)
+    t = honest[0]
+    assert t.dof == 57 and t.low == pytest.approx(stats.chi2.ppf(0.025, 57) / 57)
+    assert t.high == pytest.approx(stats.chi2.ppf(0.975, 57) / 57)
+    draws = rng.standard_normal((100, 2))
+    assert noise_spread_test(draws, 1.0, alpha=1e-6).passed
+    half = noise_spread_test(0.5 * draws, 1.0, alpha=1e-6)
+    assert not half.passed and half.ratio == pytest.approx(0.25 * noise_spread_test(draws, 1.0).ratio)
+    with pytest.raises(ValueError, match="releases must be"):
+        noise_spread_test(np.zeros(3), 1.0)
+
+
+SITE_FAMILIES = [  # (scenario, overrides, site module): every family, cut small
+    ("quickstart.yaml", FDP_SMALL, "fdp_admm"),
+    ("dp_admm_breast_cancer.yaml", ["algorithm.rounds=10"], "gradient_admm"),
+    ("dp_admm_breast_cancer.yaml", ["algorithm.kind=dp_acc_admm", "algorithm.rounds=10"], "gradient_admm"),
+    ("p2p_lad_zcdp_nfl.yaml", P2P_SMALL, "p2p"),
+    ("p2p_lad_dp_nfl.yaml", P2P_SMALL, "p2p"),
+    ("p2p_lad_grad_nfl.yaml", P2P_SMALL, "p2p"),
+    ("p2p_ridge_p_admm.yaml", P2P_SMALL, "p2p"),
+    ("p2p_breast_cancer_pr_admm.yaml", ["data.samples_per_node=40", "privacy.mode=per_round", "privacy.eps=1"], "p2p"),
+]
+FAMILY_IDS = ["fdp_admm", "dp_admm", "dp_acc_admm", "zcdp_nfl", "dp_nfl", "grad_nfl", "p_admm", "pr_admm"]
+
+
+class _HalvedDraws:
+    """A generator whose standard-normal draws are half the real ones (the site draws sigma / 2)."""
+
+    def __init__(self, rng):
+        self._rng = rng
+
+    def standard_normal(self, *args, **kwargs):
+        return 0.5 * self._rng.standard_normal(*args, **kwargs)
+
+
+def _doubled_rows(family, module, data):
+    """The site's rows with twice the clip (every row doubled)."""
+    from dataclasses import replace
+
+    if family == "fdp_admm":
+        return replace(data, features=2.0 * data.features)
+    if family == "gradient_admm":
+        return module.SiteData(data.clients, tuple(2.0 * a for a in data.features), data.responses,
+                               data.clipped_rows)
+    return module.NodeData({k: (2.0 * f, y) for k, (f, y) in data.rows.items()})
+
+
+def mutate_site(monkeypatch, family: str, mutant: str) -> None:
+    """Mutants of the family's site function (``algorithms/<family>/site.py``):
+
+    - ``half_noise``: it draws sigma / 2 while its ledger records sigma;
+    - ``doubled_clip``: its data term is computed on rows clipped at 2 c (twice the calibrated sensitivity);
+    - ``understated_sensitivity``: its calibration records Delta / 2 (and the sigma z Delta / 2 of that)."""
+    import importlib
+
+    module = importlib.import_module(f"fdp_flower.algorithms.{family}.site")
+    real = module.answer
+    if mutant == "half_noise":
+        def answer(requests, data, plan, noise, **kw):
+            return real(requests, data, plan, lambda events: _HalvedDraws(noise(events)), **kw)
+        monkeypatch.setattr(module, "answer", answer)
+    elif mutant == "doubled_clip":
+        def answer(requests, data, plan, noise, **kw):
+            return real(requests, _doubled_rows(family, module, data), plan, noise, **kw)
+        monkeypatch.setattr(module, "answer", answer)
+    elif mutant == "understated_sensitivity":
+        calibration = module.SitePlan.calibration
+
+        def halved(self, *args):
+            sensitivity, sigma = calibration(self, *args)
+            return sensitivity / 2, None if sigma is None else sigma / 2
+        monkeypatch.setattr(module.SitePlan, "calibration", halved)
+    else:
+        raise ValueError(mutant)
+
+
+def _site_audit(name, overrides, **kw):
+    from fdp_flower.engines.audit import audit_site
+
+    return audit_site(protocol_for(load_any_scenario(SCENARIOS / name, overrides)), steps=2, **kw)
+
+
+@pytest.mark.parametrize("name, overrides, family", SITE_FAMILIES, ids=FAMILY_IDS)
+def test_the_site_function_of_every_family_passes_and_its_canary_is_near_tight(name, overrides, family):
+    report = _site_audit(name, overrides)
+    assert report.passed, "\n".join(report.failures)
+    assert {s.outcome for s in report.spreads} == {"released"}
+    assert all(s.test.low <= s.test.ratio <= s.test.high for s in report.spreads)
+    worst = max(r for w, r in report.sensitivity if w.startswith("canary"))
+    # the worst-case canary moves the release by more than half the ledger's sensitivity (where the party's largest
+    # row is clipped: by all of it up to sin(89 deg) of the bent pair and, for PR-ADMM's exact solve, the penalty's
+    # curvature), so a data term twice its calibration shows above 1
+    assert 0.5 < worst <= 1 + 1e-6, report.sensitivity
+
+
+@pytest.mark.parametrize("mutant, message", [
+    ("half_noise", "the released noise's variance is 0.2"),
+    ("doubled_clip", "the site's release moves by"),
+    ("understated_sensitivity", "the site's release moves by"),
+])
+@pytest.mark.parametrize("name, overrides, family", SITE_FAMILIES, ids=FAMILY_IDS)
+def test_a_site_mutant_fails_the_audit_in_every_family(monkeypatch, name, overrides, family, mutant, message):
+    """sigma / 2 drawn while the ledger records sigma: variance ratio ~1/4 (acceptance [0.5, 1.6] at 2 x 100
+    releases); a data term twice its calibration: the canary moves by ~2 x the ledger's sensitivity."""
+    mutate_site(monkeypatch, family, mutant)
+    report = _site_audit(name, overrides)
+    assert not report.passed
+    assert any(message in f for f in report.failures), "\n".join(report.failures)
+
+
+@pytest.mark.parametrize("mutant", ["half_noise", "doubled_clip"])
+@pytest.mark.parametrize("name, overrides, family", SITE_FAMILIES, ids=FAMILY_IDS)
+def test_fdp_flower_audit_fails_on_a_site_mutant_that_the_transcript_checks_miss(monkeypatch, capsys, name, overrides,
+                                                                                 family, mutant):
+    """``fdp-flower audit`` exits 1 on either mutant of every family; the transcript checks alone (sensitivity,
+    KL and eps bound of the audit's own noise-free releases, which do not go through the site's draw) pass it:
+    only the site-function checks catch it."""
+    from fdp_flower.cli import main
+
+    mutate_site(monkeypatch, family, mutant)
+    code = main(["audit", str(SCENARIOS / name), "--steps", "2", "--trials", "8", "--transcripts", "2", "--no-steps",
+                 *sum((["--set", o] for o in overrides), [])])
+    err = capsys.readouterr().err
+    assert code == 1
+    failures = [line for line in err.splitlines() if line.startswith("AUDIT FAILED")]
+    assert failures and all("the released noise's variance" in f or "the site's release moves by" in f
+                            for f in failures), err
+
+
+def _adds_the_point(monkeypatch, family):
+    """A mutant site that releases its noisy term plus the point it was sent (a primal-like release, as FDP-ADMM's
+    client once did): a point of 1.5 * 2^59 then rounds the noise away."""
+    import importlib
+    from dataclasses import replace
+
+    module = importlib.import_module(f"fdp_flower.algorithms.{family}.site")
+    real, key = module.answer, "x_hat" if family == "gradient_admm" else "point"
+
+    def answer(requests, data, plan, noise, **kw):
+        out = real(requests, data, plan, noise, **kw)
+        return [o if isinstance(o, Exception) else replace(o, value=o.value + np.asarray(r.public[key], dtype=float))
+                for o, r in zip(out, requests)]
+    monkeypatch.setattr(module, "answer", answer)
+
+
+@pytest.mark.parametrize("name, overrides, family", SITE_FAMILIES, ids=FAMILY_IDS)
+def test_adversarial_mode_every_crafted_value_is_refused_or_keeps_the_ledgers_spread(monkeypatch, name, overrides,
+                                                                                     family):
+    """Every public value of the request replaced by 1e300, +-1e300, 2e100, 1e100, 1.5 * 2^59, subnormals, NaN,
+    inf, zero and the wrong shape: refused with nothing charged, or released with the ledger's spread.  The
+    non-finite, out-of-bound and misshapen values are refused in every family (subnormals by the peer-to-peer
+    node; FDP-ADMM and DP-ADMM release their bounded data term there, with the ledger's spread).  A mutant that
+    adds the point to its release passes the start state but fails here (the noise rounds away at 1.5 * 2^59)."""
+    report = _site_audit(name, overrides, adversarial=True)
+    assert report.passed, "\n".join(report.failures)
+    crafted = {s.where: s for s in report.spreads if ", " in s.where}
+    for where, s in crafted.items():
+        if any(bad in where for bad in ("= 1e300", "= +-1e300", "2 x the magnitude bound", "NaN", "= inf",
+                                        "wrong shape")) or (family == "p2p" and "subnormal" in where):
+            assert s.outcome == "refused", where
+    assert any(s.outcome == "released" and "1.5 * 2^59" in w for w, s in crafted.items())
+    _adds_the_point(monkeypatch, family)
+    assert _site_audit(name, overrides).passed  # at the start state the point is 0
+    mutant = _site_audit(name, overrides, adversarial=True)
+    assert any("1.5 * 2^59" in f and "variance is" in f for f in mutant.failures), "\n".join(mutant.failures)
+
+
+def test_adversarial_mode_switched_losses_are_refused_or_calibrated(monkeypatch):
+    """A server that switches FDP-ADMM's loss: the logistic loss on the site's real-valued responses is refused on
+    the site (its G = c1 assumes labels in {-1, +1}); the absolute and squared losses are released with the
+    sensitivity and spread the ledger records.  A mutant site that skips the label check releases under the
+    logistic loss and fails: its release moves by many times the calibrated 2 c1 / m."""
+    from fdp_flower.core.losses import LogisticLoss
+    from fdp_flower.engines.audit import switched_loss_audits
+
+    scenario = load_any_scenario(SCENARIOS / "quickstart.yaml", FDP_SMALL)
+    results = {r.loss: r for r in switched_loss_audits(scenario)}
+    assert set(results) == {"absolute", "logistic", "squared"}
+    assert results["logistic"].outcome == "refused" and "labels in {-1, +1}" in results["logistic"].reason
+    for kind in ("absolute", "squared"):
+        assert results[kind].outcome == "released" and results[kind].site.passed, results[kind].site.failures
+    monkeypatch.setattr(LogisticLoss, "check_response", lambda self, response: None)
+    mutant = {r.loss: r for r in switched_loss_audits(scenario)}["logistic"]
+    assert mutant.outcome == "released" and not mutant.site.passed
+    assert any(f.startswith("loss switched to logistic:") and "moves by" in f for f in mutant.site.failures)
+
+
+def test_cli_adversarial_mode_passes_on_the_real_code(capsys):
+    from fdp_flower.cli import main
+
+    code = main(["audit", str(SCENARIOS / "p2p_breast_cancer_pr_admm.yaml"), "--steps", "2", "--trials", "8",
+                 "--transcripts", "2", "--no-steps", "--adversarial", "--set", "data.samples_per_node=40",
+                 "--set", "privacy.mode=per_round", "--set", "privacy.eps=1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "neighbour_sum = 1.5 * 2^59" in out and "Losses switched by the server" in out

@@ -164,3 +164,46 @@ def test_a_site_that_opts_in_sends_a_noisy_charged_count(site, monkeypatch):
     assert float(metrics["clipped-rows-sigma"][0]) == 5.0 and isinstance(metrics["clipped-rows"][0], float)
     charged = [line for line in ledger.read_text().splitlines() if '"round": 1' in line]
     assert len(charged) == 2
+
+
+def test_a_basis_replaced_every_message_cannot_scale_or_absorb_the_noise(site, monkeypatch):
+    """The server replaces the basis in every message: components scaled by 1e50 or 1e-300, a mean shifted by
+    1e100, random components.  The site projects its curves and clips the scores to ||a|| <= c1 after projection,
+    so every basis gives rows inside the clip set: each release is the noisy descent term with the spread the
+    ledger records (40 releases, K = 6: 240 draws, chi-square at 1e-6 each side).  A basis with NaN is refused with
+    nothing charged."""
+    from fdp_flower import client_app
+    from fdp_flower.functional.fpca import FunctionalBasis
+
+    path, ledger, context = site
+    sc = scenario()
+    monkeypatch.setattr(client_app, "run_scenario", lambda _ctx: sc)
+    honest = build_basis(sc).to_arrays()
+    rng = np.random.default_rng(3)
+    crafted = [{**honest, "components": 1e50 * honest["components"]},
+               {**honest, "components": 1e-300 * honest["components"]},
+               {**honest, "mean": honest["mean"] + 1e100},
+               {**honest, "components": rng.standard_normal(honest["components"].shape)}]
+
+    def send(arrays, round_):
+        content = pack_requests([SiteRequest(None, round_, {"point": np.zeros(K)})], {},
+                                {f"basis_{k}": v for k, v in arrays.items()})
+        return client_app.train(Message(content, dst_node_id=5, message_type=MessageType.TRAIN), context())
+
+    bad = send({**honest, "components": np.full_like(honest["components"], np.nan)}, 1)
+    assert bad.has_error() and not bad.has_content()
+    assert not ledger.exists() or ledger.read_text() == ""
+    sigma = float(site_plan(sc, build_basis(sc)).calibration(1, M_I)[1])
+    data = read_node_file(path)
+    standardized = []
+    for r in range(1, 41):
+        arrays = crafted[r % len(crafted)]
+        reply = send(arrays, r)
+        assert not reply.has_error(), reply.error.reason
+        features, _ = site_features(sc, FunctionalBasis.from_arrays(arrays), data)
+        term = -build_objective(sc).loss.mean_subgradient(np.zeros(K), features, data.response)
+        assert float(reply.content["metrics"]["sigma"][0]) == pytest.approx(sigma, rel=1e-12)
+        standardized.append((reply.content["arrays"]["release"].numpy()[0] - term) / sigma)
+    z = np.concatenate(standardized)
+    assert stats.chi2.ppf(1e-6, z.size) <= np.sum(z**2) <= stats.chi2.ppf(1 - 1e-6, z.size)
+    assert sum('"round"' in line for line in ledger.read_text().splitlines()) == 40

@@ -213,3 +213,26 @@ def test_errors_name_the_field_without_a_union_tag_and_the_data_sets_the_default
     with pytest.raises(ScenarioError, match="paper004_five graph has 5 nodes"):
         parse_p2p_scenario({"topology": {"kind": "paper004_five"}, "federation": {"num_clients": 6}})
     assert parse_p2p_scenario({"topology": {"kind": "paper004_five"}}).federation.num_clients == 5
+
+
+def test_the_site_function_refuses_a_loss_whose_bound_its_labels_break():
+    """The site function itself checks the node's responses against the loss (the logistic loss's G assumes labels
+    in {-1, +1}): real-valued responses are refused before the noise source is called; labels in {-1, +1} pass."""
+    from dataclasses import replace
+
+    from fdp_flower.core.losses import LogisticLoss
+
+    _graph, problem, _algorithm, plan = p2p_setup(EXACT)
+    logistic = replace(plan, objective=replace(plan.objective, loss=LogisticLoss()))
+    features, labels = problem.features[0], problem.responses[0]
+    calls = []
+
+    def noise(events):
+        calls.append(events)
+        return np.random.default_rng(0)
+
+    public = {"point": np.zeros(plan.dim), "dual": np.zeros(plan.dim), "neighbour_sum": np.zeros(plan.dim)}
+    (refused,) = answer([SiteRequest(0, 1, public)], NodeData({0: (features, labels + 0.5)}), logistic, noise)
+    assert isinstance(refused, ValueError) and "labels in {-1, +1}" in str(refused) and calls == []
+    (released,) = answer([SiteRequest(0, 1, public)], NodeData({0: (features, labels)}), logistic, noise)
+    assert not isinstance(released, Exception) and len(calls) == 1

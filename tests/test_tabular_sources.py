@@ -53,7 +53,17 @@ def test_a_source_is_deterministic_and_its_partitions_cover_the_training_rows():
 def test_an_unknown_kind_is_one_line():
     with pytest.raises(ValueError, match="tabular data source 'parquet' is not supported; known: adult_a9a"):
         tabular_source(SimpleNamespace(kind="parquet"), seed=0, num_clients=2)
-    assert set(SOURCES) == {"adult_a9a", "breast_cancer", "arrays", "in_memory", "adult_nodes", "breast_cancer_nodes"}
+    assert set(SOURCES) == {"adult_a9a", "breast_cancer", "arrays", "adult_nodes", "breast_cancer_nodes", "node_files",
+                            "in_memory"}
+
+
+def test_node_files_rows_are_on_the_nodes_only():
+    """data kind node_files: no process holds every node's rows, so a run that needs them is refused in one line."""
+    source = tabular_source(SimpleNamespace(kind="node_files"), seed=0, num_clients=2)
+    assert source.node_local
+    for use in (lambda: source.load(0), source.partition_sizes, source.penalty_rows):
+        with pytest.raises(ValueError, match="each node reads its own file"):
+            use()
 
 
 @pytest.mark.parametrize("intercept", [False, True])

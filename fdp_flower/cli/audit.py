@@ -3,7 +3,10 @@
 Neighbouring datasets of one client (node) run through the real client code on the same released
 transcript (:mod:`fdp_flower.engines.audit`); the command prints, per neighbour pair and step, the
 measured sensitivity over the calibrated one, the Monte-Carlo KL of the transcripts against the zCDP
-budget and an empirical lower bound on eps against the accounted eps, and exits with status 1 and
+budget and an empirical lower bound on eps against the accounted eps; through the family's real site
+function, the released change of replace-one pairs against the sensitivity the site's ledger records and
+the released noise's spread against the sigma it records (``--adversarial``: also under crafted public
+values); and exits with status 1 and
 one line per exceeded bound when any check fails.
 
 Examples::
@@ -11,6 +14,7 @@ Examples::
     fdp-flower audit scenarios/quickstart.yaml --steps 10
     fdp-flower audit scenarios/dp_admm_breast_cancer.yaml --relation both --steps 20
     fdp-flower audit scenarios/p2p_lad_zcdp_nfl.yaml --variant private_anchor   # NOT DP: fails
+    fdp-flower audit scenarios/p2p_breast_cancer_pr_admm.yaml --steps 3 --adversarial
 """
 from __future__ import annotations
 
@@ -45,6 +49,16 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="relative slack of the sensitivity and KL checks (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="1 - confidence of the eps lower bound (default: %(default)s)")
+    p.add_argument("--site-samples", type=int, default=100,
+                   help="releases of one request drawn through the site function to measure the noise's spread "
+                        "(default: %(default)s)")
+    p.add_argument("--site-alpha", type=float, default=1e-4,
+                   help="family-wise level of the chi-square tests of the noise's spread against the ledger's "
+                        "sigma (default: %(default)s)")
+    p.add_argument("--adversarial", action="store_true",
+                   help="also send the site function crafted public values (1e300, subnormals, NaN, values that "
+                        "absorb noise in floating point, the wrong shape) and scenarios with a switched loss: each "
+                        "must be refused with nothing charged, or released with the ledger's sensitivity and spread")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's noise (default: %(default)s)")
     p.add_argument("--out", default=None, help="also write the report (Markdown) to this file")
     p.add_argument("--no-steps", action="store_true", help="omit the per-step table")
@@ -59,8 +73,17 @@ def run(args: argparse.Namespace) -> int:
     scenario = load_any_scenario(args.scenario, args.overrides)
     protocol = protocol_for(scenario, party=args.party, variant=args.variant, fpca=args.fpca)
     report = audit_protocol(protocol, steps=args.steps, transcripts=args.transcripts, lr_trials=args.trials,
-                            relations=args.relation, tolerance=args.tolerance, alpha=args.alpha, seed=args.seed)
+                            relations=args.relation, tolerance=args.tolerance, alpha=args.alpha, seed=args.seed,
+                            site_samples=args.site_samples, site_alpha=args.site_alpha,
+                            adversarial=args.adversarial)
     text = format_report(report, per_step=not args.no_steps)
+    if args.adversarial and not args.fpca and args.variant is None:
+        from fdp_flower.engines.audit import format_switched, switched_loss_audits
+
+        switched = switched_loss_audits(scenario, party=args.party, samples=args.site_samples,
+                                        alpha=args.site_alpha, tolerance=args.tolerance, seed=args.seed)
+        text += "\n" + format_switched(switched)
+        report.failures += [f for r in switched if r.site is not None for f in r.site.failures]
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -54,3 +54,28 @@ def partition_data_error(partition: int, exc: ValueError) -> ValueError:
     know a node by its node id only, the operator knows it by its partition."""
     message = str(exc)
     return ValueError(message if message.startswith(f"partition {partition}:") else f"partition {partition}: {message}")
+
+
+def check_node_files(scenario, node_local: bool) -> None:
+    """A node that names its own file serves it only (data kind ``node_files``), and ``node_files`` needs
+    one: a one-line ``ValueError`` otherwise (nothing released)."""
+    kind = scenario.data.kind
+    if node_local and kind != "node_files":
+        raise ValueError(f"this site serves its own data file only (data kind 'node_files'); the run's data kind "
+                         f"{kind!r} is refused")
+    if kind == "node_files" and not node_local:
+        raise ValueError("data kind node_files: this node's config names no data-path")
+
+
+def own_rows(context, scenario, named: int | None) -> tuple[int, tuple]:
+    """(partition, (features, response)) of the node's own file (its node config's ``data-path``); a request
+    for another partition is refused (the node holds its own rows only)."""
+    from fdp_flower.data.tabular import read_node_rows
+
+    partition = node_partition(context, scenario)
+    if named is not None and int(named) != partition:
+        raise ValueError(f"this site holds partition {partition} only, not {named}")
+    try:
+        return partition, read_node_rows(context.node_config["data-path"])
+    except ValueError as exc:  # a data error names the partition (and the file, which the reply replaces)
+        raise partition_data_error(partition, exc) from None

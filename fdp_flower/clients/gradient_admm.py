@@ -2,11 +2,20 @@
 (:func:`fdp_flower.algorithms.gradient_admm.site.answer`; Xu et al. 2020; docs/algorithms.md, section 5).
 
 It unpacks a train message into the protocol's requests (the point xh_{t-1} each client is asked at),
-loads the rows of the clients it is asked for from the scenario's data source
-(:mod:`fdp_flower.data.sources`, once per process), calls the site function with the site's noise
-(:meth:`fdp_flower.clients.site.SiteSession.noise_for`: the tabular data are public or named by the
-scenario, so the run's noise source applies and no site ledger is kept) and packs the releases.  The
-algorithm's state lives on the server; the client keeps nothing between rounds but its loaded rows.
+loads the rows of the clients it is asked for, calls the site function with the site's noise
+(:meth:`fdp_flower.clients.site.SiteSession.noise_for`) and packs the releases.  Where the rows come from
+decides the noise:
+
+- a node whose node config names its own file (``data-path``; data kind ``node_files``,
+  :func:`fdp_flower.data.tabular.read_node_rows`): the site's policy, its own noise (OS entropy or its
+  secret, never the run seed) and its ledger, charged before every draw, ``max-eps`` enforced; such a
+  node serves that file only -- any other data kind is refused, nothing released -- and its error
+  replies carry no local path;
+- otherwise the scenario's data source (:mod:`fdp_flower.data.sources`: public data sets or files the
+  scenario names, which the server can read as well; loaded once per process): the run's noise source,
+  no site ledger.
+
+The algorithm's state lives on the server; the client keeps nothing between rounds but its loaded rows.
 """
 from __future__ import annotations
 
@@ -15,8 +24,8 @@ from dataclasses import replace
 from fdp_flower.algorithms.gradient_admm.plan import ScenarioData, data_source, site_plan
 from fdp_flower.algorithms.gradient_admm.site import SiteData, answer
 from fdp_flower.algorithms.protocol import SiteRequest
-from fdp_flower.clients.common import node_partition, partition_data_error
-from fdp_flower.clients.site import SITE_ERRORS, SiteSession
+from fdp_flower.clients.common import check_node_files, node_partition, own_rows, partition_data_error
+from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data, public_reason
 from fdp_flower.wire import pack_releases, unpack_requests
 from fdp_flower.wire.flwr import Context, Error, ErrorCode, Message, RecordDict
 
@@ -45,13 +54,19 @@ def handle_gradient_admm_train(msg: Message, context: Context, scenario, data: S
     """
     requests, _config, _others = unpack_requests(msg.content)
     private = scenario.privacy.enabled
-    # public tabular data (every node can load them, and so can the server): the run's noise source
-    site = SiteSession.open(context, scenario, node_local=False)
+    node_local = names_own_data(context)
+    check_node_files(scenario, node_local)
+    # the node's own file: its policy, noise and ledger; public tabular data (the server can load them too):
+    # the run's noise source
+    site = SiteSession.open(context, scenario, node_local=node_local)
     site.admit(private, "DP-ADMM gradients")
     refused: dict[int, Exception] = {}  # request -> why its client is refused (nothing of it is released)
     rows: dict[int, tuple[int, tuple]] = {}
     for j, request in enumerate(requests):
         try:
+            if node_local:
+                rows[j] = own_rows(context, scenario, request.client)
+                continue
             partition = node_partition(context, scenario, request.client, simulated=True)
             try:
                 own = (data.features[partition], data.labels[partition]) if data is not None else \
@@ -72,12 +87,19 @@ def handle_gradient_admm_train(msg: Message, context: Context, scenario, data: S
             if isinstance(outcome, Exception):
                 refused[j] = outcome
                 continue
-            if not private:  # a count of the data: only when nothing is private
-                outcome = replace(outcome, metrics={**outcome.metrics, "clipped-rows": sites.clipped_rows[k]})
+            # a count of the data: on the node's own file only if the site opted in (noised, charged); on public
+            # data only when nothing is private
+            count = site.clipped_rows(sites.clipped_rows[k], client=outcome.client, round_=outcome.round,
+                                      requested=not private)
+            if count is not None:
+                extra = {"clipped-rows": count}
+                if site.node_local:
+                    extra["clipped-rows-sigma"] = float(site.policy.clipped_rows_sigma)
+                outcome = replace(outcome, metrics={**outcome.metrics, **extra})
             released.append(outcome)
     code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
     if len(requests) == 1 and refused:  # a one-client message: its refusal is the reply (nothing released)
-        return Message(Error(code=code, reason=" ".join(str(refused[0]).split())), reply_to=msg)
+        return Message(Error(code=code, reason=public_reason(refused[0], context)), reply_to=msg)
     errors = [(rows[j][0] if j in rows else (-1 if requests[j].client is None else requests[j].client), code,
-               str(refused[j])) for j in sorted(refused)]
+               public_reason(refused[j], context)) for j in sorted(refused)]
     return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)

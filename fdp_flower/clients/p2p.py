@@ -3,15 +3,22 @@
 
 It unpacks a relay message into the protocol's requests (the point each graph node it hosts is asked at; for
 PR-ADMM's exact solve also the node's dual and neighbour sum), finds the nodes' rows, calls the site function
-with the site's noise (:meth:`fdp_flower.clients.site.SiteSession.noise_for`: the data are simulated from the
-public seed or named by the scenario, so that is ``release_rng(seed, node, round)``; a node-local source would
-switch on the site's policy) and packs the releases -- each node's noisy data term and nothing else (no solver
-iterations, no link counts).  The relay does every step that uses the neighbours' releases.
+with the site's noise (:meth:`fdp_flower.clients.site.SiteSession.noise_for`) and packs the releases -- each
+node's noisy data term and nothing else (no solver iterations, no link counts).  The relay does every step that
+uses the neighbours' releases.  Where the rows come from decides the noise:
+
+- a node whose node config names its own file (``data-path``; data kind ``node_files``,
+  :func:`fdp_flower.data.tabular.read_node_rows`): the site's policy, its own noise (OS entropy or its secret,
+  never the run seed) and its ledger, charged before every draw, ``max-eps`` enforced; it serves its own graph
+  node only (its ``partition-id``) and any other data kind is refused, nothing released.  Its site plan is built
+  from the public scenario (graph, loss, penalty, noise plan) and its own rows' dimension;
+- otherwise data simulated from the public seed or files the scenario names: ``release_rng(seed, node, round)``
+  of the run's noise source, no site ledger.
 
 ``scenario`` is anything with ``seed``, ``federation``, ``topology``, ``data``, ``model``, ``algorithm`` and
 ``privacy`` as in :class:`fdp_flower.algorithms.p2p.config.P2PScenario`.  The peer-to-peer data sources are
 simulated from the public seed (or read from files the scenario names), so any SuperNode can serve any graph
-node (the relay names it when nodes host several); node-local data files are not supported in this mode yet.
+node (the relay names it when nodes host several).
 """
 from __future__ import annotations
 
@@ -22,8 +29,8 @@ from fdp_flower.algorithms.p2p.config import P2PScenario
 from fdp_flower.algorithms.p2p.plan import scenario_setup
 from fdp_flower.algorithms.p2p.site import NodeData, SitePlan, answer, site_plan
 from fdp_flower.algorithms.protocol import SiteRequest
-from fdp_flower.clients.common import node_partition
-from fdp_flower.clients.site import SiteSession
+from fdp_flower.clients.common import check_node_files, node_partition, own_rows
+from fdp_flower.clients.site import SiteSession, names_own_data, public_reason
 from fdp_flower.wire import pack_releases, unpack_requests
 from fdp_flower.wire.flwr import Context, Error, ErrorCode, Message, RecordDict
 
@@ -46,26 +53,64 @@ def p2p_setup(scenario):
     return _setup(json.dumps(data, sort_keys=True))
 
 
+def node_local_setup(scenario, features, response):
+    """(algorithm, site plan, (clipped features, response)) of a node that holds its own rows: the public graph,
+    loss, penalty and noise plan of the scenario, the node's rows clipped to ||a|| <= c1, and its labels checked
+    against the loss (the logistic loss's bound assumes labels in {-1, +1}; one-line ``ValueError``)."""
+    from fdp_flower.algorithms.fdp_admm.update import Objective
+    from fdp_flower.algorithms.p2p.plan import build_algorithm, model_objects, scenario_graph
+    from fdp_flower.algorithms.p2p.problems import NetworkProblem
+    from fdp_flower.core.clipping import clip_rows
+
+    loss, penalty, lam = model_objects(scenario.model)
+    check = getattr(loss, "check_response", None)
+    if check is not None:
+        check(response)
+    c1 = scenario.model.clip_c1
+    clipped = clip_rows(features, c1)[0]
+    own = NetworkProblem(name="node_files", features=(clipped,), responses=(response,), loss=loss, penalty=penalty,
+                         lam=lam, c1=c1)
+    algorithm = build_algorithm(scenario.algorithm, scenario.privacy, own)
+    graph = scenario_graph(scenario)
+    objective = Objective(loss=loss, penalty=penalty, lam=lam, num_clients=scenario.federation.num_clients)
+    return algorithm, site_plan(algorithm, objective, graph, clipped.shape[1]), (clipped, response)
+
+
 def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
     """Answer a relay message: every graph node it asks for (one, or every node a Flower node hosts) releases its
     noisy data term at the public values the relay names (:func:`fdp_flower.algorithms.p2p.site.answer`).  The
     reply holds the released rows, one list per metric and the nodes the site refused (a public value it does not
     accept, a solve it cannot certify, the site's policy: nothing of them is released)."""
     requests, _config, _others = unpack_requests(msg.content)
-    _graph, problem, algorithm, plan = p2p_setup(scenario)
-    site = SiteSession.open(context, scenario, node_local=False)
-    site.admit(algorithm.noise.private, "peer-to-peer releases")
+    node_local = names_own_data(context)
+    check_node_files(scenario, node_local)
     refused: dict[int, Exception] = {}
     nodes: dict[int, int] = {}
-    for j, request in enumerate(requests):
-        try:
-            nodes[j] = node_partition(context, scenario, request.client, simulated=True)
-        except ValueError as exc:
-            refused[j] = exc
+    if node_local:  # the node's own file: its own rows, its policy, noise and ledger
+        own = None
+        for j, request in enumerate(requests):
+            try:
+                nodes[j], own = own_rows(context, scenario, request.client)
+            except ValueError as exc:
+                refused[j] = exc
+        if own is None:  # nothing to answer with: the first refusal is the reply
+            raise refused[0]
+        algorithm, plan, own = node_local_setup(scenario, *own)
+        data = NodeData({nodes[j]: own for j in nodes})
+    else:
+        _graph, problem, algorithm, plan = p2p_setup(scenario)
+        for j, request in enumerate(requests):
+            try:
+                nodes[j] = node_partition(context, scenario, request.client, simulated=True)
+            except ValueError as exc:
+                refused[j] = exc
+    site = SiteSession.open(context, scenario, node_local=node_local)
+    site.admit(algorithm.noise.private, "peer-to-peer releases")
     asked = [j for j in range(len(requests)) if j in nodes]
     released = []
     if asked:
-        data = NodeData.of_problem(problem, sorted({nodes[j] for j in asked}))
+        if not node_local:
+            data = NodeData.of_problem(problem, sorted({nodes[j] for j in asked}))
         named = [SiteRequest(nodes[j], requests[j].round, requests[j].public) for j in asked]
         for j, outcome in zip(asked, answer(named, data, plan, site.noise_for)):
             if isinstance(outcome, Exception):
@@ -74,9 +119,9 @@ def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
                 released.append(outcome)
     code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
     if len(requests) == 1 and refused:  # a one-node message: its refusal is the reply (nothing released)
-        return Message(Error(code=code, reason=" ".join(str(refused[0]).split())), reply_to=msg)
-    errors = [(nodes.get(j, -1 if requests[j].client is None else requests[j].client), code, str(refused[j]))
-              for j in sorted(refused)]
+        return Message(Error(code=code, reason=public_reason(refused[0], context)), reply_to=msg)
+    errors = [(nodes.get(j, -1 if requests[j].client is None else requests[j].client), code,
+               public_reason(refused[j], context)) for j in sorted(refused)]
     return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)
 
 

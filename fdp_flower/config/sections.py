@@ -131,6 +131,16 @@ class PrivacyConfig(_Frozen):
         return self
 
 
+class TabularNodeFiles(_Frozen):
+    """Node-local tabular files (a deployment): every node reads its own file of features and response, the one
+    its node config names (``data-path``: an ``.npz`` with arrays ``features`` (m_i, K) and ``response`` (m_i,), or
+    a ``.csv`` with the response in the last column; :func:`fdp_flower.data.tabular.read_node_rows`).  The scenario
+    names no file and no value; the site applies its own policy, noise and ledger to every release
+    (docs/privacy.md, section 7).  Only a Flower node reads such data: an in-process run has no rows."""
+
+    kind: Literal["node_files"] = "node_files"
+
+
 class FederationConfig(_Frozen):
     num_clients: int = Field(10, ge=1, le=10_000, description="M: number of clients")
 

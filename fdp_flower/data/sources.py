@@ -282,10 +282,26 @@ class BreastCancerNodesSource(_TabularSource):
         return PartitionedRows(tuple(features), tuple(labels), np.vstack(features), test_x, test_y)
 
 
+@dataclass(frozen=True)
+class TabularNodeFilesSource(_TabularSource):
+    """Node-local files (``data.kind: node_files``, a deployment): every node reads its own file, the one its
+    node config names (:func:`fdp_flower.data.tabular.read_node_rows`, by the client worker).  No process
+    holds every node's rows, so nothing here loads them: a run that needs them (an in-process engine, a
+    server estimating A on pooled rows) is refused in one line."""
+
+    kind: ClassVar[str] = "node_files"
+    node_local: ClassVar[bool] = True
+
+    def _load(self) -> PartitionedRows:
+        raise ValueError("data kind node_files: each node reads its own file (its node config's data-path); "
+                         "no process holds every node's rows")
+
+
 #: tabular data-source kind -> its class (the schema's ``data.kind``; ``adult_nodes`` and
 #: ``breast_cancer_nodes`` are the peer-to-peer family's kinds)
 SOURCES: dict[str, type[_TabularSource]] = {cls.kind: cls for cls in (
-    AdultA9ASource, BreastCancerSource, ArraysSource, InMemoryRowsSource, AdultNodesSource, BreastCancerNodesSource)}
+    AdultA9ASource, BreastCancerSource, ArraysSource, InMemoryRowsSource, AdultNodesSource, BreastCancerNodesSource,
+    TabularNodeFilesSource)}
 
 
 def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0, rows=None) -> _TabularSource:
@@ -304,4 +320,5 @@ def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0,
 
 
 __all__ = ["SOURCES", "AdultA9ASource", "AdultNodesSource", "ArraysSource", "BreastCancerNodesSource",
-           "BreastCancerSource", "InMemoryRowsSource", "PartitionedRows", "data_rng", "fixed_size_split", "split_clients", "tabular_source"]
+           "BreastCancerSource", "InMemoryRowsSource", "PartitionedRows", "TabularNodeFilesSource", "data_rng",
+           "fixed_size_split", "split_clients", "tabular_source"]

@@ -351,3 +351,42 @@ def read_arrays_file(path: str | Path, digest: str | None = None) -> tuple[np.nd
     if not (np.all(np.isfinite(features)) and np.all(np.isfinite(response))):
         raise NodeDataError(f"{path}: NaN or infinite values")
     return features, response
+
+
+#: The suffixes a node-local tabular file may have (:func:`read_node_rows`).
+NODE_ROW_SUFFIXES = (".npz", ".csv")
+
+
+def read_node_rows(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """(features (m, K), response (m,)) of a site's own tabular file (data kind ``node_files``, named by the
+    node config's ``data-path``): an ``.npz`` as :func:`write_arrays_file` writes it, or a ``.csv`` of numbers,
+    one row per record, the response in the last column (a first line that is not numeric is a header and
+    skipped).  Problems raise a one-line ``NodeDataError`` naming the file (an error reply replaces the path)."""
+    from fdp_flower.functional.node_files import NodeDataError
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in NODE_ROW_SUFFIXES:
+        raise NodeDataError(f"{path}: a node's tabular file must be one of {', '.join(NODE_ROW_SUFFIXES)}")
+    if suffix == ".npz":
+        return read_arrays_file(path)
+    if not path.is_file():
+        raise NodeDataError(f"{path}: data file not found")
+    try:
+        with path.open() as handle:
+            first = handle.readline()
+        try:
+            [float(v) for v in first.split(",")]
+            skip = 0
+        except ValueError:
+            skip = 1
+        table = np.loadtxt(path, delimiter=",", skiprows=skip, ndmin=2, dtype=float)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise NodeDataError(f"{path}: not a readable CSV file of numbers ({' '.join(str(exc).split())})") from None
+    if table.shape[0] < 1 or table.shape[1] < 2:
+        raise NodeDataError(f"{path}: expected at least one row of features and a response column, got "
+                            f"shape {table.shape}")
+    features, response = table[:, :-1], table[:, -1]
+    if not (np.all(np.isfinite(features)) and np.all(np.isfinite(response))):
+        raise NodeDataError(f"{path}: NaN or infinite values")
+    return np.ascontiguousarray(features), np.ascontiguousarray(response)

@@ -176,6 +176,18 @@ class _Protocol:
     def noise_metric(self, diff: np.ndarray) -> float:
         return float(np.linalg.norm(diff if self.scales is None else diff / self.scales))
 
+    #: the names of the public values a request of the audited party carries (the adversarial mode crafts them)
+    public_names: tuple[str, ...] = ()
+
+    def site_answer(self, public, data: PartyData, step: int, noise, crafted: dict | None = None):
+        """The audited party's answer to the request of ``step`` at the public state ``public``, computed by the
+        family's real site function (``answer`` of ``algorithms/<family>/site.py``) on ``data`` with the
+        :data:`~fdp_flower.algorithms.protocol.NoiseSource` ``noise``: a
+        :class:`~fdp_flower.algorithms.protocol.SiteRelease` or the exception that refuses it.  ``crafted``
+        replaces public values of the request by name (the adversarial mode).  None: the protocol has no
+        site function (the DP-FPCA summary, the private-anchor variant)."""
+        return None
+
 
 class FDPADMMProtocol(_Protocol):
     """FDP-ADMM: client ``party`` of the server-coordinated federation (release: its noisy descent term
@@ -251,6 +263,17 @@ class FDPADMMProtocol(_Protocol):
             primals = start.noisy_primals.copy()
             primals[self.c] = x
             out.append(replace(start, noisy_primals=primals))
+        return out
+
+    public_names = ("point",)
+
+    def site_answer(self, public, data, step, noise, crafted=None):
+        from fdp_flower.algorithms.fdp_admm import site
+        from fdp_flower.algorithms.protocol import SiteRequest
+
+        values = {"point": public.noisy_primals[self.c], **(crafted or {})}
+        held = site.SiteData.stack([self.c], [data.features], [data.response])
+        (out,) = site.answer([SiteRequest(self.c, step, values)], held, self.site_plan, noise)
         return out
 
     def feature_pairs(self, row):
@@ -388,6 +411,17 @@ class GradientADMMProtocol(_Protocol):
         start = self.start()
         return [replace(start, x_hat=x) for x in self.probe_points(row)]
 
+    public_names = ("x_hat",)
+
+    def site_answer(self, public, data, step, noise, crafted=None):
+        from fdp_flower.algorithms.gradient_admm import site
+        from fdp_flower.algorithms.protocol import SiteRequest
+
+        values = {site.POINT: public.x_hat, **(crafted or {})}
+        held = site.SiteData((self.c,), (data.features,), (data.response,))
+        (out,) = site.answer([SiteRequest(self.c, step, values)], held, self.site_plan, noise)
+        return out
+
     def advance(self, public, released, hidden, step, rng):
         from fdp_flower.algorithms.gradient_admm.protocol import server_round
         from fdp_flower.algorithms.gradient_admm.site import POINT, answer
@@ -476,7 +510,7 @@ class P2PProtocol(_Protocol):
             x = self._anchored_primal(node_step, anchor, data.features, data.response)
             return x, x
         request = {k: check_node_public(k, v, self.problem.dim)
-                   for k, v in node_step.request(self.algorithm).items()}
+                   for k, v in {**node_step.request(self.algorithm), **public.get("request", {})}.items()}
         if self.algorithm.exact:
             return exact_solution(self.plan, self.c, request, data.features, data.response)[0], None
         return descent_term(self.plan, request["point"], data.features, data.response), None
@@ -486,15 +520,42 @@ class P2PProtocol(_Protocol):
             return self.algorithm.primal_release_parameters(step, self._m, int(self.degrees[self.c]))
         return self.plan.calibration(step, self.c, self._m)
 
+    @property
+    def public_names(self):
+        return self.plan.public_names
+
+    def site_answer(self, public, data, step, noise, crafted=None):
+        from fdp_flower.algorithms.p2p import site
+        from fdp_flower.algorithms.p2p.protocol import plan_node
+        from fdp_flower.algorithms.protocol import SiteRequest
+
+        if self.variant is not None:
+            return None  # the private-anchor variant is not the site's code
+        node_step = plan_node(self.algorithm, self.graph, public["state"], self.c)
+        values = {**node_step.request(self.algorithm), **public.get("request", {}), **(crafted or {})}
+        held = site.NodeData({self.c: (data.features, data.response)})
+        (out,) = site.answer([SiteRequest(self.c, step, values)], held, self.plan, noise)
+        return out
+
     def adversarial_states(self, row):
+        """The node's own release moved to each probe point x.  For PR-ADMM's exact solve the relay also names a
+        zero dual and the neighbour sum b = 2 |V_i| s x, which puts the minimizer of the node's subproblem
+        phi(x) = f_i(x) + eta |V_i| ||x||^2 - eta <b, x> near s x: the data term moves it by at most
+        G / (2 eta |V_i|), so with s = 1 + G ||a|| / (2 eta |V_i| PROBE_MARGIN) every row's loss derivative stays
+        saturated at the minimizer, where the solution's sensitivity attains its bound V / (m_i eta |V_i|)."""
         from dataclasses import replace
 
         out = []
+        degree = int(self.degrees[self.c])
+        quad = 2.0 * self.algorithm.penalty * degree
         for x in self.probe_points(row):
             public = self.start()
             released = public["state"].released.copy()
             released[self.c] = x
             public["state"] = replace(public["state"], released=released)
+            if self.algorithm.exact:
+                s = 1.0 + self.algorithm.gradient_bound * float(np.linalg.norm(row)) / (quad * PROBE_MARGIN)
+                public["request"] = {"point": x, "dual": np.zeros_like(x), "neighbour_sum": 2.0 * degree * s * x}
             out.append(public)
         return out
 
@@ -689,6 +750,7 @@ class AuditReport:
     lr_relation: str = ""
     eps_accounted: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    site: SiteAudit | None = None  # the site function's noise and sensitivity (:func:`audit_site`)
 
     @property
     def passed(self) -> bool:
@@ -697,7 +759,8 @@ class AuditReport:
 
 def audit_protocol(protocol: _Protocol, *, steps: int | None = None, transcripts: int = 4, lr_trials: int = 400,
                    relations: str = "calibrated", tolerance: float = 1e-6, alpha: float = 0.05,
-                   seed: int = 0) -> AuditReport:
+                   seed: int = 0, site_samples: int = 100, site_alpha: float = 1e-4,
+                   adversarial: bool = False) -> AuditReport:
     """Audit ``protocol`` over its first ``steps`` releases.
 
     Every neighbour pair is replayed on ``transcripts`` transcripts drawn under D; the canary pair
@@ -705,7 +768,10 @@ def audit_protocol(protocol: _Protocol, *, steps: int | None = None, transcripts
     likelihood-ratio test.  Checks (``failures`` names algorithm, step and bound):
     measured / calibrated sensitivity <= 1 + ``tolerance`` at every step; the Monte-Carlo KL of
     every pair (conditional estimate) <= its zCDP budget rho (1 + tolerance)^2, in total and per
-    step; the lower confidence bound on eps (level 1 - ``alpha``) <= the accounted eps (PLD).
+    step; the lower confidence bound on eps (level 1 - ``alpha``) <= the accounted eps (PLD); and, through
+    the family's real site function (:func:`audit_site`, ``site_samples`` releases per request, spread tests
+    at family-wise level ``site_alpha``, crafted public values with ``adversarial``), the released change of a
+    replace-one pair <= the ledger's sensitivity and the released noise's spread = the ledger's sigma.
     """
     steps = protocol.steps if steps is None else min(int(steps), protocol.steps)
     if steps < 1:
@@ -747,6 +813,10 @@ def audit_protocol(protocol: _Protocol, *, steps: int | None = None, transcripts
         report.pairs.append(audit)
         _check_pair(report, audit, tolerance)
     report.lr_relation = lr_pair.relation
+    report.site = audit_site(protocol, steps=steps, samples=site_samples, alpha=site_alpha, tolerance=tolerance,
+                             seed=seed, adversarial=adversarial)
+    if report.site is not None:
+        report.failures += report.site.failures
     report.lr_test = epsilon_lower_bound(np.array([t.llr for t in lr_runs[0]]),
                                          np.array([t.llr for t in lr_runs[1]]), delta=protocol.delta, alpha=alpha)
     accounted = report.eps_accounted[lr_pair.relation]
@@ -785,6 +855,280 @@ def _check_pair(report: AuditReport, audit: PairAudit, tolerance: float) -> None
             f"rho = {audit.rho:.4g} ({audit.label}, {audit.relation}), {audit.kl.conditional / audit.rho:.3g} x")
 
 
+# ------------------------------------------------------------------ the site function: the noise actually drawn
+#: The largest value a float spacing absorbs noise at: near 1.5 * 2^59 consecutive floats are 2^7 = 128 apart.
+ABSORBING = 1.5 * 2.0**59
+
+
+def crafted_values(dim: int) -> list[tuple[str, np.ndarray]]:
+    """Public values a hostile server could send in place of one of a request's values: beyond the site's
+    magnitude bound, chosen to absorb the noise in floating point, subnormal, non-finite, of the wrong shape."""
+    from fdp_flower.algorithms.protocol import MAX_PUBLIC_MAGNITUDE
+
+    sign = (-1.0) ** np.arange(dim)
+    one = np.zeros(dim)
+    one[0] = ABSORBING
+    return [("1e300", np.full(dim, 1e300)), ("+-1e300", 1e300 * sign),
+            ("2 x the magnitude bound", np.full(dim, 2 * MAX_PUBLIC_MAGNITUDE)),
+            ("the magnitude bound", np.full(dim, MAX_PUBLIC_MAGNITUDE) * sign),
+            ("1.5 * 2^59 (absorbs noise below float spacing 128)", np.full(dim, ABSORBING)),
+            ("1.5 * 2^59 in one coordinate", one),
+            ("the smallest subnormal 5e-324", np.full(dim, 5e-324)), ("subnormals +-1e-310", 1e-310 * sign),
+            ("NaN", np.full(dim, np.nan)), ("inf", np.full(dim, np.inf)), ("zero", np.zeros(dim)),
+            ("wrong shape", np.zeros(dim + 1))]
+
+
+@dataclass
+class SiteDraws:
+    """Answers of the site function to one request, each with fresh noise: the released values, the ledger
+    events each draw was charged (what the site's noise source records before drawing), the event each
+    release reports, and the refusals."""
+
+    values: list[np.ndarray] = field(default_factory=list)
+    charged: list[list[GaussianRelease]] = field(default_factory=list)
+    reported: list[GaussianRelease | None] = field(default_factory=list)
+    refused: list[Exception] = field(default_factory=list)
+    charged_refusals: int = 0  # refusals after the noise source was called (a charge without a release)
+
+
+def site_draws(protocol: _Protocol, public, data: PartyData, step: int, rngs, crafted: dict | None = None
+               ) -> SiteDraws | None:
+    """One answer of the real site function per generator of ``rngs`` (None: no site function)."""
+    out = SiteDraws()
+    for rng in rngs:
+        charged: list[GaussianRelease] = []
+
+        def noise(events, rng=rng, charged=charged):
+            charged.extend(events)  # the site's charge: what its ledger records for this draw
+            return rng
+
+        answer = protocol.site_answer(public, data, step, noise, crafted)
+        if answer is None:
+            return None
+        if isinstance(answer, Exception):
+            out.refused.append(answer)
+            out.charged_refusals += bool(charged)
+            continue
+        out.values.append(np.asarray(answer.value, dtype=float))
+        out.charged.append(charged)
+        out.reported.append(answer.event)
+    return out
+
+
+@dataclass
+class SpreadAudit:
+    """The site's releases of one request against the sigma its ledger records."""
+
+    where: str
+    outcome: str  # "released" | "refused" | "mixed"
+    sigma: float = float("nan")  # the ledger's (charged) sigma
+    test: object = None  # fdp_flower.privacy.audit.SpreadTest when released
+    reason: str = ""  # a refusal's one line
+
+
+@dataclass
+class SiteAudit:
+    """What the audit measured through the family's real site function (:func:`audit_site`)."""
+
+    algorithm: str
+    samples: int
+    alpha: float  # family-wise level of the spread tests (Bonferroni over ``spreads``)
+    tolerance: float
+    sensitivity: list[tuple[str, float]] = field(default_factory=list)  # (where, measured / ledger sensitivity)
+    spreads: list[SpreadAudit] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def _spread_targets(protocol: _Protocol, steps: int, adversarial: bool):
+    """(where, public, step, crafted values, whether a refusal is acceptable) of every spread test."""
+    start = protocol.start()
+    row = protocol.party().features[canary_index(protocol)]
+    targets = [(f"step {t} at the start state", start, t, None, False) for t in range(1, steps + 1)]
+    targets += [(f"step 1 at adversarial state {j + 1}", s, 1, None, True)
+                for j, s in enumerate(protocol.adversarial_states(row))]
+    if adversarial:
+        dim = protocol.party().features.shape[1]
+        targets += [(f"step 1, {name} = {label}", start, 1, {name: value}, True)
+                    for name in protocol.public_names for label, value in crafted_values(dim)]
+    return targets
+
+
+def audit_site(protocol: _Protocol, *, steps: int | None = None, samples: int = 100, alpha: float = 1e-4,
+               tolerance: float = 1e-6, seed: int = 0, adversarial: bool = False) -> SiteAudit | None:
+    """Audit the family's real site function (``answer``) as a site runs it: the noise it draws and the
+    sensitivity of what it releases, against what its ledger records (the events handed to its noise
+    source, which a deployed site charges before drawing).  None when the protocol has no site function.
+
+    - **sensitivity**: every replace-one neighbour pair (the worst-case canary, a random pair) is answered
+      under D and D' with the *same* generator at the start state and at the adversarial states, so the noise
+      cancels and the difference of the two releases is the difference of their noise-free data terms; it
+      must be at most the ledger's replace-one sensitivity (1 + ``tolerance``).  A site whose data term is
+      larger than its calibration (a doubled clip, an under-stated sensitivity) fails here;
+    - **spread**: ``samples`` answers of one request, each with fresh noise, at every step's start state and
+      at the adversarial states: their spread about their mean must be the ledger's sigma
+      (:func:`fdp_flower.privacy.audit.noise_spread_test`, two-sided, Bonferroni-corrected to the family-wise
+      level ``alpha``).  A site drawing sigma / 2 while charging sigma fails here;
+    - ``adversarial``: also every public value of the request replaced by each of :func:`crafted_values`: the
+      site must refuse it with nothing charged, or release with the ledger's spread.
+
+    Every release must be charged exactly one event, the one it reports.
+    """
+    from fdp_flower.privacy.audit import noise_spread_test
+
+    steps = protocol.steps if steps is None else min(int(steps), protocol.steps)
+    if samples < 2:
+        raise ValueError(f"samples must be >= 2, got {samples}")
+    party = protocol.party()
+    if site_draws(protocol, protocol.start(), party, 1, [np.random.default_rng(0)]) is None:
+        return None
+    report = SiteAudit(protocol.name, samples, alpha, tolerance)
+    name = protocol.name
+    # sensitivity through the site function, common random numbers
+    row = party.features[canary_index(protocol)]
+    publics = [("the start state", protocol.start())] + [
+        (f"adversarial state {j + 1}", s) for j, s in enumerate(protocol.adversarial_states(row))]
+    pair_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(7001,)))
+    for pair in neighbour_pairs(protocol, ["replace_one"], pair_rng):
+        worst = (0.0, "")
+        for k, (where, public) in enumerate(publics):
+            drawn = [site_draws(protocol, public, data, 1, [np.random.default_rng([seed, 7002, k])])
+                     for data in (pair.base, pair.other)]
+            if any(d.refused for d in drawn):
+                if k == 0:
+                    report.failures.append(f"{name}: the site refused the {pair.label} pair at the start state: "
+                                           f"{(drawn[0].refused or drawn[1].refused)[0]}")
+                continue
+            events = drawn[0].charged[0] + drawn[1].charged[0]
+            ledger = max(e.under("replace_one").sensitivity for e in events)
+            ratio = protocol.noise_metric(drawn[0].values[0] - drawn[1].values[0]) / ledger
+            if ratio >= worst[0]:
+                worst = (ratio, where)
+        report.sensitivity.append((f"{pair.label} ({worst[1]})", worst[0]))
+        if worst[0] > 1.0 + tolerance:
+            report.failures.append(
+                f"{name}: step 1 at {worst[1]}: the site's release moves by {worst[0]:.4g} x the replace-one "
+                f"sensitivity its ledger records ({pair.label}; bound 1 + {tolerance:g})")
+    # spread of the noise drawn, against the sigma charged
+    targets = _spread_targets(protocol, steps, adversarial)
+    level = alpha / len(targets)
+    for k, (where, public, step, crafted, may_refuse) in enumerate(targets):
+        rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed, spawn_key=(7003, k)).spawn(samples)]
+        drawn = site_draws(protocol, public, party, step, rngs, crafted)
+        if drawn.charged_refusals:
+            report.failures.append(f"{name}: {where}: {drawn.charged_refusals} refusals after the site charged "
+                                   "its ledger (a refusal must charge nothing)")
+        if drawn.refused:
+            outcome = "refused" if not drawn.values else "mixed"
+            reason = " ".join(str(drawn.refused[0]).split())
+            report.spreads.append(SpreadAudit(where, outcome, reason=reason))
+            if outcome == "mixed" or not may_refuse:
+                report.failures.append(f"{name}: {where}: {len(drawn.refused)} of {samples} requests refused "
+                                       f"({reason})")
+            continue
+        if any(len(c) != 1 for c in drawn.charged):
+            report.failures.append(f"{name}: {where}: a release was charged {sorted({len(c) for c in drawn.charged})} "
+                                   "ledger events (one per release)")
+            continue
+        sigmas = {c[0].sigma for c in drawn.charged}
+        if len(sigmas) != 1 or any(r is None or r.sigma != c[0].sigma or r.sensitivity != c[0].sensitivity
+                                   for r, c in zip(drawn.reported, drawn.charged)):
+            report.failures.append(f"{name}: {where}: the releases report other events than the site charged")
+            continue
+        sigma = sigmas.pop()
+        values = np.stack(drawn.values)
+        if not np.all(np.isfinite(values)):
+            report.failures.append(f"{name}: {where}: the site released non-finite values")
+            continue
+        test = noise_spread_test(values, sigma, protocol.scales, alpha=level)
+        report.spreads.append(SpreadAudit(where, "released", sigma, test))
+        if not test.passed:
+            report.failures.append(
+                f"{name}: {where}: the released noise's variance is {test.ratio:.4g} x the ledger's sigma^2 = "
+                f"{sigma:.4g}^2 ({samples} releases, chi-square acceptance [{test.low:.3f}, {test.high:.3f}] "
+                f"at level {level:.2g})")
+    return report
+
+
+def format_site_report(report: SiteAudit) -> str:
+    """The site-function tables of :func:`audit_site` (Markdown)."""
+    lines = ["", f"#### The site function ({report.samples} releases per request; spread tests at family-wise "
+                 f"level {report.alpha:g})", "",
+             "| replace-one pair (worst state) | released change / ledger sensitivity |", "|---|---|"]
+    lines += [f"| {where} | {ratio:.6f} |" for where, ratio in report.sensitivity]
+    lines += ["", "| request | outcome | ledger sigma | variance / sigma^2 | acceptance |", "|---|---|---|---|---|"]
+    for s in report.spreads:
+        if s.outcome == "released":
+            lines.append(f"| {s.where} | released | {s.sigma:.4g} | {s.test.ratio:.4f} | "
+                         f"[{s.test.low:.3f}, {s.test.high:.3f}] |")
+        else:
+            lines.append(f"| {s.where} | {s.outcome}: {s.reason[:80]} | | | |")
+    return "\n".join(lines)
+
+
+#: The loss kinds a hostile server may name in its scenario instead of the run's (the shared loss section's).
+LOSS_KINDS = ("quantile", "absolute", "logistic", "squared")
+
+
+@dataclass
+class SwitchedLoss:
+    """The site function under a scenario whose loss the server switched (:func:`switched_loss_audits`)."""
+
+    loss: str
+    outcome: str  # "refused" (nothing released) | "released" (then ``site`` must pass)
+    reason: str = ""
+    site: SiteAudit | None = None
+
+
+def switched_loss_audits(scenario, *, party: int = 0, steps: int = 1, samples: int = 100, alpha: float = 1e-4,
+                         tolerance: float = 1e-6, seed: int = 0) -> list[SwitchedLoss]:
+    """A hostile server's scenario with another loss (each of :data:`LOSS_KINDS` but the run's), applied to the
+    party's same rows with no schema validation (a server may send any run config): the site must refuse it --
+    its data checks (the logistic loss's labels in {-1, +1}, finite responses) or its setup raise before anything
+    is released -- or release under it with the sensitivity and spread its ledger records (:func:`audit_site`)."""
+    current = scenario.model.loss.kind
+    out = []
+    for kind in LOSS_KINDS:
+        if kind == current:
+            continue
+        model = scenario.model.model_copy(update={"loss": scenario.model.loss.model_copy(update={"kind": kind})})
+        switched = scenario.model_copy(update={"model": model})
+        try:
+            protocol = protocol_for(switched, party=party)
+            first = site_draws(protocol, protocol.start(), protocol.party(), 1, [np.random.default_rng(seed)])
+        except (ValueError, TypeError, ArithmeticError) as exc:  # refused before any release
+            out.append(SwitchedLoss(kind, "refused", " ".join(str(exc).split())))
+            continue
+        if first is None:
+            continue
+        if first.refused:
+            out.append(SwitchedLoss(kind, "refused", " ".join(str(first.refused[0]).split())))
+            continue
+        site = audit_site(protocol, steps=steps, samples=samples, alpha=alpha, tolerance=tolerance, seed=seed)
+        site.failures = [f"loss switched to {kind}: {f}" for f in site.failures]
+        out.append(SwitchedLoss(kind, "released", site=site))
+    return out
+
+
+def format_switched(results: list[SwitchedLoss]) -> str:
+    """The switched-loss table (Markdown)."""
+    lines = ["", "#### Losses switched by the server", "",
+             "| loss | outcome | released change / ledger sensitivity | noise variance / sigma^2 |",
+             "|---|---|---|---|"]
+    for r in results:
+        if r.site is None:
+            lines.append(f"| {r.loss} | refused: {r.reason[:100]} | | |")
+            continue
+        sens = max((v for _w, v in r.site.sensitivity), default=float("nan"))
+        spread = [p.test.ratio for p in r.site.spreads if p.test is not None]
+        verdict = "released" if r.site.passed else "FAIL"
+        lines.append(f"| {r.loss} | {verdict} | {sens:.4f} | {min(spread):.3f}-{max(spread):.3f} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ text output
 def format_report(report: AuditReport, *, per_step: bool = True) -> str:
     """The per-step and per-pair tables of a report (Markdown)."""
@@ -812,6 +1156,8 @@ def format_report(report: AuditReport, *, per_step: bool = True) -> str:
         for t in range(report.steps):
             lines.append(f"| {t + 1} | " + " | ".join(f"{p.ratio[t]:.4f}" for p in report.pairs)
                          + f" | {canary.kl_steps[t]:.4g} / {canary.rho_steps[t]:.4g} |")
+    if report.site is not None:
+        lines.append(format_site_report(report.site))
     if report.failures:
         lines += [""] + [f"- FAIL: {f}" for f in report.failures]
     return "\n".join(lines)
@@ -823,11 +1169,20 @@ def summary_row(report: AuditReport) -> str:
     kl = max(report.pairs, key=lambda p: p.kl.conditional / p.rho)
     lr = report.lr_test
     acc = report.eps_accounted[report.lr_relation]
+    site = "n/a"
+    if report.site is not None:
+        sens = max((r for _w, r in report.site.sensitivity), default=float("nan"))
+        spread = [p.test.ratio for p in report.site.spreads if p.test is not None]
+        refused = sum(p.outcome == "refused" for p in report.site.spreads)
+        site = (f"{sens:.4f}; {min(spread):.3f}-{max(spread):.3f} ({len(spread)} released"
+                + (f", {refused} refused" if refused else "") + ")")
     return (f"| {report.algorithm} | {', '.join(report.relations)} | {report.steps} | {ratio:.4f} | "
-            f"{kl.kl.conditional:.4g} / {kl.rho:.4g} ({kl.label}) | {lr.eps_lower:.3g} / {acc:.3g} | "
+            f"{kl.kl.conditional:.4g} / {kl.rho:.4g} ({kl.label}) | {lr.eps_lower:.3g} / {acc:.3g} | {site} | "
             f"{'pass' if report.passed else 'FAIL'} |")
 
 
 SUMMARY_HEADER = ("| algorithm | relations | steps | max measured / calibrated sensitivity | MC KL / zCDP rho "
-                  "(worst pair) | eps lower bound / accounted eps | verdict |\n|---|---|---|---|---|---|---|")
+                  "(worst pair) | eps lower bound / accounted eps | site function: released change / ledger "
+                  "sensitivity; noise variance / ledger sigma^2 (requests) | verdict |\n"
+                  "|---|---|---|---|---|---|---|---|")
 

@@ -169,3 +169,54 @@ def kl_estimate(per_transcript_conditional: np.ndarray, per_transcript_llr: np.n
     n = len(c)
     se = (lambda x: float(np.std(x, ddof=1) / math.sqrt(n)) if n > 1 else math.inf)
     return KLEstimate(float(c.mean()), se(c), float(s.mean()), se(s), n)
+
+
+# ------------------------------------------------------------------ the noise actually drawn
+@dataclass(frozen=True)
+class SpreadTest:
+    """The released noise's empirical spread against the sigma the site's ledger records.
+
+    N releases of one request (same data, same public values, fresh noise) are v_n = q + sigma_act S z_n with
+    the noise shape S = diag(s).  With the ledger's sigma and the sample mean vbar,
+
+        X = sum_n sum_k ((v_nk - vbar_k) / (sigma s_k))^2 ~ (sigma_act / sigma)^2 chi^2((N - 1) K),
+
+    so under "the noise drawn is the noise charged" X ~ chi^2((N - 1) K) exactly, whatever q is (the
+    noise-free value cancels; the test needs no model of the release).  ``ratio`` = X / dof estimates
+    (sigma_act / sigma)^2; the test accepts iff X lies between the alpha/2 and 1 - alpha/2 quantiles.
+    Under a sigma / 2 mutant ratio ~ 1/4, which is outside [low, high] for dof >= 40 at alpha = 1e-6.
+    """
+
+    statistic: float
+    dof: int
+    alpha: float
+    low: float  # bounds on ratio = statistic / dof
+    high: float
+
+    @property
+    def ratio(self) -> float:
+        return self.statistic / self.dof
+
+    @property
+    def passed(self) -> bool:
+        return self.low <= self.ratio <= self.high
+
+
+def noise_spread_test(releases: np.ndarray, sigma: float, scales: np.ndarray | None = None, *,
+                      alpha: float = 1e-6) -> SpreadTest:
+    """:class:`SpreadTest` of ``releases`` (N, K), N >= 2 releases of one request, against the ledger's
+    ``sigma`` (noise shape ``scales``, None: isotropic), two-sided at level ``alpha``."""
+    v = np.asarray(releases, dtype=float)
+    if v.ndim != 2 or v.shape[0] < 2:
+        raise ValueError(f"releases must be (N >= 2, K), got shape {v.shape}")
+    sigma = float(sigma)
+    if not (np.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be finite and > 0, got {sigma}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    s = 1.0 if scales is None else np.asarray(scales, dtype=float)
+    dev = (v - v.mean(axis=0)) / (s * sigma)
+    dof = (v.shape[0] - 1) * v.shape[1]
+    statistic = float(np.sum(dev * dev)) if np.all(np.isfinite(dev)) else math.inf
+    return SpreadTest(statistic, dof, alpha, float(stats.chi2.ppf(alpha / 2, dof)) / dof,
+                      float(stats.chi2.ppf(1 - alpha / 2, dof)) / dof)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import _Frozen, read_yaml_file, refuse_renamed, tagged_union, validate_mapping
-from fdp_flower.config.sections import FederationConfig, LossConfig, OutputConfig
+from fdp_flower.config.sections import FederationConfig, LossConfig, OutputConfig, TabularNodeFiles
 
 #: old dotted field -> its new name (the scenario refuses the old one in one line)
 RENAMED = {"model.lam": "model.penalty.lam"}
@@ -86,7 +86,8 @@ class InMemoryRowsData(_Frozen):
     test_path: None = Field(None, description="no held-out rows")
 
 
-TabularDataSource = tagged_union(AdultA9AData, BreastCancerData, ArraysData, InMemoryRowsData, default="adult_a9a")
+TabularDataSource = tagged_union(AdultA9AData, BreastCancerData, ArraysData, InMemoryRowsData, TabularNodeFiles,
+                                 default="adult_a9a")
 
 
 # ---------------------------------------------------------------- constraint matrix A

@@ -43,6 +43,7 @@ from fdp_flower.config.sections import (
     OutputConfig,
     PenaltyConfig,
     PrivacyConfig,
+    TabularNodeFiles,
 )
 
 #: The fields of the earlier peer-to-peer schema and where they are now (a scenario that still uses one fails
@@ -223,7 +224,7 @@ class P2PInMemoryData(_Frozen):
 
 
 P2PDataSource = tagged_union(SyntheticRegressionData, P2PAdultData, P2PBreastCancerData, P2PArraysData,
-                             P2PInMemoryData, default="synthetic_regression")
+                             P2PInMemoryData, TabularNodeFiles, default="synthetic_regression")
 
 
 # ---------------------------------------------------------------- model (the shared loss and penalty sections)
@@ -466,6 +467,10 @@ class P2PScenario(_Frozen):
         m = self.model
         if self.data.kind == "in_memory":
             pass  # the rows' count is checked against the graph when they are handed over
+        elif self.data.kind == "node_files":  # each node reads its own file; the site checks its labels
+            if m.intercept:
+                raise ValueError("model.intercept: node_files rows are used as they are (add the column to the "
+                                 "files, or use arrays data)")
         elif self.data.kind == "arrays":
             if len(self.data.paths) != n:
                 raise ValueError(f"data.paths names {len(self.data.paths)} files for {n} nodes "

@@ -190,6 +190,9 @@ def build_problem(scenario, *, with_reference: bool = True, rows=None):
             raise ValueError("the in-memory rows do not match the scenario's data.digest")
         return p.rows_problem(rows, loss=loss, penalty=penalty, lam=lam, c1=c1, intercept=model.intercept,
                               intercept_share=model.intercept_share, with_reference=with_reference)
+    if data.kind == "node_files":
+        raise ValueError("data kind node_files: each node reads its own file (its node config's data-path); no "
+                         "process holds every node's rows")
     if data.kind == "arrays":
         if len(data.paths) != num_nodes:
             raise ValueError(f"data.paths names {len(data.paths)} files for a graph of {num_nodes} nodes")

@@ -31,7 +31,9 @@ releases its **noisy data term** and nothing else:
   So the release's sensitivity is at most (1 + 4 * 10^-6) Delta; the ledger records Delta (the exact minimizer's),
   a difference below 10^-5 in the zCDP cost of a release.
 
-Every public value a node is sent is checked first (:func:`check_node_public`: shape, finite, |v| <= 1e100, no
+A node's responses are checked against the loss before its first release (the logistic loss's G assumes labels
+in {-1, +1}; every loss: finite): a loss whose bound its data break is refused, nothing released.  Every public
+value a node is sent is checked first (:func:`check_node_public`: shape, finite, |v| <= 1e100, no
 nonzero value below the smallest normal float -- no iterate of a run is that small); a refused request releases
 nothing and draws no noise.  The noise of node i in round r comes from the :data:`NoiseSource` it is handed
 (``release_rng(seed, i, r)`` of the run seed for simulated data), called only once the noise-free value passed
@@ -189,6 +191,12 @@ def _release(request: SiteRequest, data: NodeData, plan: SitePlan, noise: NoiseS
         node = next(iter(data.rows))
     node = int(node)
     features, response = data.of(node)
+    checked = data.__dict__.setdefault("_checked", set())  # (node, loss) whose responses passed
+    if (node, plan.objective.loss) not in checked:  # labels the loss's bound G holds for (logistic: {-1, +1})
+        check = getattr(plan.objective.loss, "check_response", None)
+        if check is not None:
+            check(response)
+        checked.add((node, plan.objective.loss))
     round_ = int(request.round)
     sensitivity, sigma = plan.calibration(round_, node, len(response))
     unknown = sorted(set(request.public) - set(plan.public_names))
