@@ -148,7 +148,7 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
     ``per_client`` rows carry every client's figures (``eps_pld`` in closed form, equal to the PLD
     accountant's to 1e-7).  ``mode`` / ``eps_budget``: what was asked for (total or per-round eps).
     """
-    from fdp_flower.privacy.ledger import epsilon_of_rho, pld_epsilon, pld_fallback_note
+    from fdp_flower.privacy.ledger import epsilon_of_rho, has_skellam, pld_epsilon, pld_fallback_note, trust_note
 
     if not ledger.releases:
         return {k: None for k in PRIVACY_KEYS} | {"private": False, "accountant": "pld", "delta": delta,
@@ -158,6 +158,15 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
     if len(relations) > 1:
         ledger, relations = ledger.under_neighbouring("replace_one"), ["replace_one"]
     per_client = ledger.summaries(delta, with_pld=False)
+    if has_skellam(ledger.releases):  # secure aggregation: the Skellam's RDP figure is the headline (eq. (9.3))
+        worst = max(per_client, key=lambda s: s.eps_rdp)
+        rows = [{"client": s.client, "releases": s.releases, "zcdp_rho": s.zcdp_rho, "eps_zcdp": None,
+                 "eps_rdp": s.eps_rdp, "eps_pld": None} for s in per_client]
+        return {"private": True, "accountant": "rdp", "eps": worst.eps_rdp, "delta": delta,
+                "neighbouring": relations[0], "worst_client": worst.client, "releases": worst.releases,
+                "eps_rdp": worst.eps_rdp, "eps_zcdp": None, "zcdp_rho": worst.zcdp_rho, "mode": mode,
+                "eps_budget": eps_budget, "mechanisms": sorted({r.mechanism for r in ledger.releases}),
+                "per_client": rows, "note": trust_note(ledger)}
     worst = max(per_client, key=lambda s: s.zcdp_rho)  # Gaussians: eps is increasing in the composed rho
     rows = [{"client": s.client, "releases": s.releases, "zcdp_rho": s.zcdp_rho, "eps_zcdp": s.eps_zcdp,
              "eps_rdp": s.eps_rdp, "eps_pld": epsilon_of_rho(s.zcdp_rho, delta)} for s in per_client]
@@ -165,7 +174,9 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
             "delta": delta, "neighbouring": relations[0], "worst_client": worst.client, "releases": worst.releases,
             "eps_rdp": worst.eps_rdp, "eps_zcdp": worst.eps_zcdp, "zcdp_rho": worst.zcdp_rho, "mode": mode,
             "eps_budget": eps_budget, "mechanisms": sorted({r.mechanism for r in ledger.releases}),
-            "per_client": rows, "note": pld_fallback_note(ledger.of_client(worst.client))}
+            "per_client": rows, "note": "; ".join(n for n in (trust_note(ledger),
+                                                                pld_fallback_note(ledger.of_client(worst.client))) if n)
+            or None}
 
 
 def _format_eps(eps) -> str:

@@ -567,6 +567,27 @@ class SkellamSumRelease:
         return skellam_rdp(l2_sensitivity=self.l2_sensitivity, l1_sensitivity=self.l1_sensitivity,
                            variance=self.variance, orders=orders)
 
+    @property
+    def zcdp_rho(self) -> float:
+        """Delta_2^2 / (2 V), the Gaussian term of (9.3): used to ORDER clients by spending only; the
+        release is not rho-zCDP with it (the O(1/V) term of (9.3) is on top) and its eps is always
+        computed from the whole RDP curve (:func:`composed_epsilon`)."""
+        return 0.5 * self.l2_sensitivity**2 / self.variance
+
+    def as_row(self) -> dict:
+        """The event as a plain dict (ledger CSV/JSON); :meth:`from_row` inverts it."""
+        return {"client": self.client, "round": self.round, "sensitivity": self.l2_sensitivity,
+                "sigma": math.sqrt(self.variance), "neighbouring": self.neighbouring, "mechanism": self.mechanism,
+                "l1_sensitivity": self.l1_sensitivity, "variance": self.variance, "sites": self.sites,
+                "tolerated": self.tolerated, "scale": self.scale}
+
+    @classmethod
+    def from_row(cls, row) -> SkellamSumRelease:
+        return cls(client=int(row["client"]), round=int(row["round"]), l2_sensitivity=float(row["sensitivity"]),
+                   l1_sensitivity=float(row["l1_sensitivity"]), variance=float(row["variance"]),
+                   sites=int(row["sites"]), tolerated=int(row["tolerated"]), scale=float(row["scale"]),
+                   neighbouring=str(row.get("neighbouring", "replace_one")))
+
 
 def composed_epsilon(releases: Sequence[SkellamSumRelease], delta: float, *,
                      gaussian_multipliers: Sequence[float] = (), orders: Sequence[int] | None = None) -> float:
@@ -575,8 +596,12 @@ def composed_epsilon(releases: Sequence[SkellamSumRelease], delta: float, *,
     :attr:`SecureSumPlan.delta_mechanism`)."""
     a = _orders(orders)
     total = np.zeros_like(a)
-    for r in releases:
-        total = total + r.rdp(a)
+    counts: dict[tuple[float, float, float], int] = {}
+    for r in releases:  # identical releases as count x RDP: the same arithmetic as the plan's rounds x RDP
+        key = (r.l2_sensitivity, r.l1_sensitivity, r.variance)
+        counts[key] = counts.get(key, 0) + 1
+    for (l2, l1, v), count in counts.items():
+        total = total + count * skellam_rdp(l2_sensitivity=l2, l1_sensitivity=l1, variance=v, orders=a)
     for z in gaussian_multipliers:
         total = total + gaussian_rdp(z, a)
     if not releases and not gaussian_multipliers:
