@@ -72,6 +72,10 @@ class FDPADMMStrategy(ProtocolStrategy):
             raise ValueError("partition_sizes: the server needs every client's m_i (simulation: the data "
                              "source's; node-local data: the setup phase's)")
         noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
+        if scenario.privacy.enabled and scenario.privacy.trust != "site":
+            raise ValueError(f"privacy.trust {scenario.privacy.trust!r} runs on the in-process engine only so far: "
+                             "the Flower strategy does not yet route FDP-ADMM's releases through SecAgg+ "
+                             "(fdp_flower.strategies.secure_sum) or the trusted aggregator")
         p = scenario.privacy
         total_budget = (p.eps, p.delta) if p.enabled and p.mode == "total" else None  # guarded before each round
         server = FDPADMMServer(scenario, basis, partition_sizes, evaluator=evaluate_state, total_budget=total_budget,
