@@ -1,0 +1,279 @@
+"""privacy.trust in FDP-ADMM (docs/privacy.md, "Trust modes"; docs/algorithms.md, eqs. (1.3s), (1.3t)):
+secure_aggregation (Skellam shares, the server decodes only their integer sum) and trusted_aggregator
+(noise-free terms, the server noises the sum once) on the in-process engine; the schema, API, run
+config and site policy keys."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import build_objective, site_plan
+from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer, trusted_aggregator_rng
+from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, mean_loss_terms
+from fdp_flower.algorithms.protocol import SiteRelease, SiteRequest
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.privacy.distributed import SkellamSumRelease, sum_noise_check
+from fdp_flower.privacy.mechanisms import run_noise
+
+M = 6
+
+
+def scenario(trust: str = "secure_aggregation", *, clients: int = M, rounds: int = 4, tolerated: int | None = None,
+             n: int = 600, **privacy):
+    p = {"mode": "total", "eps": 1.0, "delta": 1e-5, "trust": trust, **privacy}
+    if tolerated is not None:
+        p["tolerated"] = tolerated
+    return parse_scenario({"name": "trust", "seed": 5, "data": {"kind": "paper_simulation", "n_samples": n},
+                           "federation": {"num_clients": clients}, "basis": {"kind": "fixed", "family": "cosine",
+                                                                             "n_components": 6},
+                           "algorithm": {"rounds": rounds}, "privacy": p})
+
+
+def driven(sc):
+    """The server and every client's site data of ``sc`` (the in-process engine's pieces)."""
+    sizes, basis, features, responses, clipped, _ = simulation_setup(sc, with_reference=False)
+    data = SiteData.stack(range(len(sizes)), features, responses, clipped)
+    server = FDPADMMServer(sc, basis, sizes)
+    return server, data, site_plan(sc, basis, sizes), basis, sizes
+
+
+def one_round(server, data, plan, noise, *, skip=()):
+    """Round of ``server``: every client but ``skip`` answers through the site function."""
+    rp = server.begin_round([i for i in range(server.num_clients) if i not in skip])
+    releases = answer(rp.requests, data, plan, noise)
+    for rel in releases:
+        assert isinstance(rel, SiteRelease), rel
+        server.accept(rel)
+    for i in skip:
+        server.fail(i, "dropped", "not_released")
+    return rp, releases
+
+
+# ------------------------------------------------------------------ schema, API, run config, site policy
+
+def test_default_is_site_and_bad_combinations_are_one_line_errors():
+    from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+
+    assert parse_scenario({}).privacy.trust == "site"
+    with pytest.raises(ScenarioError, match="mode: total"):
+        scenario(mode="per_round")
+    with pytest.raises(ScenarioError, match="tolerated .* must be below federation.num_clients"):
+        scenario(tolerated=M)
+    with pytest.raises(ScenarioError, match="applies to trust 'secure_aggregation' only"):
+        scenario("trusted_aggregator", tolerated=1)
+    with pytest.raises(ScenarioError, match="needs privacy enabled"):
+        parse_scenario({"privacy": {"enabled": False, "trust": "trusted_aggregator"}})
+    with pytest.raises(ScenarioError, match="trust"):
+        parse_scenario({"privacy": {"trust": "server"}})
+    with pytest.raises(ScenarioError, match="peer-to-peer runs have no server"):
+        parse_p2p_scenario({"privacy": {"mode": "total", "eps": 1.0, "trust": "trusted_aggregator"}})
+
+
+def test_run_config_typed_trust_key():
+    from fdp_flower.algorithms.registry import family
+    from fdp_flower.config.base import run_config_field_overrides
+
+    fields = family("fdp_admm").run_config
+    assert run_config_field_overrides({"trust": "secure_aggregation"}, "fdp_admm", fields) == {
+        "privacy.trust": "secure_aggregation"}
+    assert run_config_field_overrides({"trust": ""}, "fdp_admm", fields) == {}
+    with pytest.raises(ScenarioError, match="trust = 3 must be a string"):
+        run_config_field_overrides({"trust": 3}, "fdp_admm", fields)
+    with pytest.raises(ScenarioError, match="no meaning for p2p"):
+        run_config_field_overrides({"trust": "site"}, "p2p", family("zcdp_nfl").run_config)
+
+
+def test_site_policy_trust_keys():
+    from fdp_flower.privacy.site_policy import SitePolicy, SitePolicyError, SiteRefusal, check_node_config_keys, \
+        check_trust
+
+    default = SitePolicy.from_node_config({})
+    assert default.accepted_trust == ("site",)
+    check_trust(default, "site")
+    with pytest.raises(SiteRefusal, match="accepts site"):
+        check_trust(default, "secure_aggregation", 3)
+    policy = SitePolicy.from_node_config({"accept-trust": "site, secure_aggregation", "collusion-threshold": 2})
+    check_trust(policy, "secure_aggregation", 2)
+    with pytest.raises(SiteRefusal, match="collusion-threshold is 2"):
+        check_trust(policy, "secure_aggregation", 1)
+    with pytest.raises(SiteRefusal):
+        check_trust(policy, "trusted_aggregator")
+    with pytest.raises(SitePolicyError, match="not a trust mode"):
+        SitePolicy.from_node_config({"accept-trust": "site,central"})
+    with pytest.raises(SitePolicyError, match="did you mean 'collusion-threshold'"):
+        check_node_config_keys({"colusion-threshold": 1})
+
+
+def test_api_trust_argument():
+    from fdp_flower.api import InputError, fit
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((200, 20))
+    y = x.mean(axis=1) + rng.standard_normal(200)
+    with pytest.raises(InputError, match="trust: choose one of"):
+        fit(x, y, trust="server")
+    with pytest.raises(InputError, match="needs privacy"):
+        fit(x, y, eps=None, trust="secure_aggregation")
+    model = fit(x, y, n_clients=4, rounds=3, n_components=4, trust="secure_aggregation", tolerated=1, reference=False)
+    assert model.scenario.privacy.trust == "secure_aggregation" and model.scenario.privacy.tolerated == 1
+    assert model.privacy.mechanisms == ("skellam_secure_sum",)
+    assert 0.99 < model.privacy.eps <= 1.0
+    assert "RDP, Skellam secure sums" in str(model.privacy)
+
+
+def test_other_engines_refuse_aggregated_trust():
+    from fdp_flower.engines.batched import run_batched
+
+    with pytest.raises(ValueError, match="batched engine runs privacy.trust 'site' only"):
+        run_batched([scenario()])
+
+
+# ------------------------------------------------------------------ secure aggregation
+
+def test_secure_round_uses_only_the_decoded_integer_sum():
+    """The server's step equals the centralized step from S (sum_i v_i) / (gamma M), computed here from
+    the sites' integer shares; the shares are integers of the plan's grid and every client's state stays
+    equal (the consensus collapses to the centralized step)."""
+    sc = scenario(tolerated=1)
+    server, data, plan, _, sizes = driven(sc)
+    noise = run_noise(sc.seed)
+    rp, releases = one_round(server, data, plan, noise)
+    shares = np.stack([r.value for r in releases])
+    assert shares.dtype == np.int64
+    assert all(isinstance(r.event, SkellamSumRelease) and r.event.tolerated == 1 and r.metrics == {}
+               for r in releases)
+    secure = plan.secure
+    assert secure.sites == M and secure.tolerated == 1 and secure.share_variance == secure.variance / (M - 1)
+    total = shares.sum(axis=0)
+    descent = total / (secure.scale * M) * (1.0 if plan.scales is None else plan.scales)
+    objective = build_objective(sc)
+    eta = float(np.min(server.steps.step_size(1, sizes)))
+    rho = sc.algorithm.rho
+    w0 = np.zeros(server.dim)
+    expected = (rho * w0 + w0 / eta + descent - objective.lam / M * objective.penalty.subgradient(w0)) / (rho + 1 / eta)
+    server.end_round()
+    np.testing.assert_allclose(server.state.noisy_primals, np.broadcast_to(expected, (M, server.dim)), rtol=0,
+                               atol=1e-15 * max(1.0, float(np.max(np.abs(expected)))))
+    assert np.all(server.state.noisy_primals == server.state.noisy_primals[0])
+    # the decoded sum is the noise-free scaled sum plus noise of variance M V / (M - t) (not the mean!)
+    whitened = -mean_loss_terms(plan.loss, data, np.zeros((M, server.dim)))
+    whitened = whitened if plan.scales is None else whitened / plan.scales
+    residual = total - secure.scale * whitened.sum(axis=0)
+    assert np.all(np.abs(residual) < 8 * math.sqrt(M * secure.share_variance) + M)
+    # a float "share" or another calibration is refused
+    rp = server.begin_round()
+    bad = answer(rp.requests, data, plan, noise)
+    with pytest.raises(Exception, match="must be integer"):
+        server.accept(SiteRelease(0, 2, bad[0].value.astype(float), bad[0].num_examples, bad[0].event, {}))
+    with pytest.raises(Exception, match="secure_aggregation calibration"):
+        server.accept(SiteRelease(0, 2, bad[0].value, bad[0].num_examples,
+                                  SkellamSumRelease.of_plan(secure, client=1, round=2), {}))
+
+
+def test_secure_dropouts_up_to_t_keep_the_round_beyond_t_refuse_it():
+    sc = scenario(tolerated=2, rounds=3)
+    server, data, plan, _, _ = driven(sc)
+    noise = run_noise(sc.seed)
+    one_round(server, data, plan, noise, skip=(1, 4))  # t = 2 missing: the round stands
+    row = server.end_round()
+    assert row["failed_clients"] == 2 and server.stop_reason is None
+    # the guarantee holds with the M - t shares that arrived: eps at round 1 is one release of the plan
+    assert row["eps_rdp"] == pytest.approx(plan.secure.epsilon(rounds=1), rel=1e-9)
+    one_round(server, data, plan, noise, skip=(0, 2, 3))  # t + 1 missing: refused, nothing decoded
+    before = server.state
+    with pytest.raises(Exception):
+        server.end_round()
+    assert "secure sum of round 2 refused: 3 of 6 shares arrived, the guarantee needs M - t = 4" in server.stop_reason
+    assert server.state is before
+
+
+def test_secure_run_headline_eps_and_ledger():
+    sc = scenario(tolerated=1, rounds=6)
+    result = run_fdp_admm(sc, with_reference=False)
+    assert result.stop_reason == "completed"
+    events = result.ledger.releases
+    assert len(events) == 6 * M and all(isinstance(e, SkellamSumRelease) and e.tolerated == 1 for e in events)
+    eps = result.history[-1]["eps_rdp"]
+    assert 0.999 * sc.privacy.eps < eps <= sc.privacy.eps  # the plan spends the budget and never more
+    assert "eps_pld" not in result.history[-1]  # no PLD figure exists for the Skellam
+    from fdp_flower.outputs.results import privacy_section
+    from fdp_flower.privacy.ledger import PrivacyLedger
+
+    section = privacy_section(result.ledger, sc.privacy.delta, mode="total", eps_budget=1.0)
+    assert section["accountant"] == "rdp" and section["eps"] == pytest.approx(eps, rel=1e-12)
+    assert "t = 1" in section["note"]
+    again = PrivacyLedger.from_rows(result.ledger.to_rows())  # checkpoints and ledger.csv keep every field
+    assert again.releases == events
+
+
+def test_secure_in_process_run_is_reproducible_and_differs_from_site_mode():
+    a = run_fdp_admm(scenario(rounds=3), with_reference=False)
+    b = run_fdp_admm(scenario(rounds=3), with_reference=False)
+    site = run_fdp_admm(scenario("site", rounds=3), with_reference=False)
+    np.testing.assert_array_equal(a.state.global_w, b.state.global_w)
+    assert not np.array_equal(a.state.global_w, site.state.global_w)
+
+
+def test_noise_check_passes_on_released_sums_and_fails_without_one_share():
+    """sum_noise_check (docs/secure_aggregation.md, eqs. (9.10)-(9.12)) on 2000 rounds of FDP-ADMM secure
+    sums at a fixed point, M = 10: the honest sums pass; the same sums with one site's Skellam share left
+    out (a site that skips its noise) fail."""
+    clients, trials = 10, 2000
+    sc = scenario(clients=clients, rounds=trials, n=1000)
+    server, data, plan, _, _ = driven(sc)
+    secure = plan.secure
+    point = {"point": np.full(server.dim, 0.1)}
+    noise = run_noise(sc.seed)
+    whitened = -mean_loss_terms(plan.loss, data, np.broadcast_to(point["point"], (clients, server.dim)))
+    whitened = whitened if plan.scales is None else whitened / plan.scales
+    scaled = secure.scale * whitened
+    honest, mutant = [], []
+    for t in range(1, trials + 1):
+        shares = np.stack([r.value for r in answer([SiteRequest(i, t, point) for i in range(clients)], data, plan,
+                                                     noise)])
+        residual = shares.sum(axis=0) - scaled.sum(axis=0)
+        honest.append(residual)
+        # the mutant: site 0 sends its rounded term without its Skellam share (its draw from the same stream)
+        rng = noise([SkellamSumRelease.of_plan(secure, client=0, round=t)])
+        rounded = np.floor(scaled[0] + rng.random(server.dim))
+        mutant.append(residual - (shares[0] - rounded))
+    fractions = np.broadcast_to(scaled - np.floor(scaled), (trials, clients, server.dim))
+    ok = sum_noise_check(np.array(honest), skellam_variance=clients * secure.share_variance,
+                         rounding_fractions=fractions)
+    bad = sum_noise_check(np.array(mutant), skellam_variance=clients * secure.share_variance,
+                          rounding_fractions=fractions)
+    assert ok.passed, ok
+    assert not bad.passed and bad.variance_ratio < 1 - 1 / clients / 2, bad
+
+
+# ------------------------------------------------------------------ trusted aggregator
+
+def test_trusted_aggregator_adds_the_noise_once_and_is_labelled():
+    sc = scenario("trusted_aggregator")
+    server, data, plan, _, sizes = driven(sc)
+    rp, releases = one_round(server, data, plan, run_noise(sc.seed))
+    terms = np.stack([r.value for r in releases])
+    whitened = -mean_loss_terms(plan.loss, data, np.zeros((M, server.dim)))
+    whitened = whitened if plan.scales is None else whitened / plan.scales
+    np.testing.assert_array_equal(terms, whitened)  # noise-free: the sites add nothing
+    event = releases[0].event
+    z = plan.noise_multipliers[0]
+    assert event.mechanism == "fdp_admm_trusted_aggregator"
+    assert event.sigma == pytest.approx(z * 2 * plan.gradient_bound / min(sizes), rel=1e-12)
+    expected = (terms.sum(axis=0) + event.sigma * trusted_aggregator_rng(sc, 1).standard_normal(server.dim)) / M
+    np.testing.assert_array_equal(server.aggregate_descent(1, {r.client: r for r in releases}),
+                                  expected if plan.scales is None else expected * plan.scales)
+    server.end_round()
+    result = run_fdp_admm(sc, with_reference=False)
+    from fdp_flower.outputs.models import PrivacyReport
+    from fdp_flower.outputs.results import privacy_section
+
+    assert "NOT against the server" in privacy_section(result.ledger, 1e-5)["note"]
+    report = PrivacyReport.from_ledger(result.ledger, delta=1e-5, mode="total", eps_budget=1.0)
+    assert "NO protection against the server" in str(report)
+    assert report.eps <= 1.0 + 1e-6
