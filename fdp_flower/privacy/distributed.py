@@ -522,6 +522,21 @@ def honest_variance(plan: SecureSumPlan, contributing: int, colluding: int = 0) 
     return honest * plan.share_variance
 
 
+def tolerated_nodes(loads: Sequence[int], tolerated: int) -> int:
+    """The most nodes whose masked vectors may be missing from a secure sum when node j carries
+    ``loads[j]`` clients' shares (summed before masking) and at most ``tolerated`` = t shares may be
+    missing: the largest d with the d largest loads summing to <= t (one client per node: d = t)."""
+    loads = sorted((int(x) for x in loads), reverse=True)
+    if not loads or any(x < 1 for x in loads):
+        raise ValueError(f"loads must be positive client counts, got {loads}")
+    missing, d = 0, 0
+    for x in loads:
+        if missing + x > tolerated:
+            break
+        missing, d = missing + x, d + 1
+    return d
+
+
 def site_share(record_sum: np.ndarray, plan: SecureSumPlan, rng: np.random.Generator, *, records: int) -> np.ndarray:
     """One site's integer share v_i = R(gamma d_i) + Sk(V / (M - t)) (eq. (9.1)), or
     :class:`ShareRefused` when its inputs break the plan's bounds or a coordinate would be clipped by

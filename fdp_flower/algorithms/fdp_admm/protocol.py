@@ -137,6 +137,7 @@ class FDPADMMServer(ServerProtocol):
         self.evaluator = evaluator
         self.guard = None if total_budget is None else BudgetGuard(self.ledger, *total_budget)
         self.journal = journal
+        self._secure_total: np.ndarray | None = None  # the open round's sum from Flower's SecAgg+
 
     @property
     def round(self) -> int:
@@ -168,6 +169,7 @@ class FDPADMMServer(ServerProtocol):
 
     # ------------------------------------------------------------------ the state machine
     def _plan(self, clients=None) -> RoundPlan | None:
+        self._secure_total = None
         round_ = self.state.round + 1
         if round_ > self.scenario.algorithm.rounds:
             return None
@@ -255,6 +257,9 @@ class FDPADMMServer(ServerProtocol):
         trusted_aggregator: D = S (sum_i x_i + sigma_l N(0, I)) / A, the server's one noise draw."""
         contributors = sorted(accepted)
         if self.trust == "secure_aggregation":
+            if self._secure_total is not None:  # the sum Flower's SecAgg+ unmasked (accept_secure_sum)
+                total, self._secure_total = self._secure_total, None
+                return self.descent_from_sum(round_, total, contributors)
             total = np.zeros(self.dim, dtype=np.int64)
             for i in contributors:
                 total = total + np.asarray(accepted[i].value, dtype=np.int64)
@@ -263,6 +268,25 @@ class FDPADMMServer(ServerProtocol):
         sigma = self.calibration.trusted_release(0, round_, self.sizes[0]).sigma
         noisy = total + sigma * trusted_aggregator_rng(self.scenario, round_).standard_normal(self.dim)
         return self._unwhiten(noisy / len(contributors))
+
+    def accept_secure_sum(self, total: np.ndarray, contributors) -> None:
+        """Accept the open round's secure sum as Flower's SecAgg+ returned it: the integer sum of the shares
+        of ``contributors`` (the clients whose nodes' masked vectors were unmasked), each with its planned
+        ledger event (the site added its share's noise before masking); :meth:`end_round` decodes it
+        (:meth:`descent_from_sum`).  The individual shares never reach the server."""
+        plan = self.current_plan
+        if self.trust != "secure_aggregation":
+            raise RuntimeError("accept_secure_sum: the run's privacy.trust is not secure_aggregation")
+        total = np.asarray(total)
+        if total.shape != (self.dim,) or total.dtype.kind not in "iu":
+            raise ReleaseRejected(f"the secure sum must be an integer vector of shape ({self.dim},)")
+        for client in sorted(int(c) for c in contributors):
+            if not 0 <= client < self.num_clients or client in self._accepted:
+                raise ReleaseRejected(f"bad or duplicate contributor {client}")
+            self._accepted[client] = SiteRelease(client, plan.round, None, int(self.sizes[client]),
+                                                 self.planned_release(plan.round, client), {})
+            self._failed.pop(client, None)
+        self._secure_total = total.astype(np.int64)
 
     def descent_from_sum(self, round_: int, total: np.ndarray, contributors) -> np.ndarray:
         """D = S (sum_i v_i) / (gamma A) from the integer sum of A >= M - t secure-sum shares (eq. (1.3s));

@@ -334,6 +334,8 @@ def _aggregated_release(client: int, round_: int, whitened: np.ndarray, m: float
     A refusal (the site's noise source or policy, or a share beyond Flower's clip) is returned in place
     of the release; nothing of that client is sent.  No metrics travel with it (they would pass a secure
     sum unmasked)."""
+    if int(m) < int(plan.min_records):  # its sensitivity 2 G / m_i would exceed the plan's 2 G / min_i m_i
+        return ValueError(f"client {client} has m_i = {int(m)} rows, below the plan's min_i m_i = {plan.min_records}")
     if plan.trust == "secure_aggregation":
         event = SkellamSumRelease.of_plan(plan.secure, client=int(client), round=int(round_))
         try:
