@@ -188,6 +188,8 @@ class FDPADMMStrategy(ProtocolStrategy):
             self._secure_round = (result, hosted, None)
 
     def _close_secure_round(self, server_round: int):
+        import time
+
         from fdp_flower.algorithms.faults import MAY_HAVE_RELEASED, NOT_RELEASED
         from fdp_flower.algorithms.protocol import RunStopped
 
@@ -214,8 +216,9 @@ class FDPADMMStrategy(ProtocolStrategy):
             raise FederationError(reason) from None
         if refused is not None:  # unreachable: end_round refuses a round without shares
             raise FederationError(refused)
-        log(INFO, "fdp-flower: round %d/%d done by secure aggregation (%d of %d nodes' shares)", server_round,
-            self.server.rounds_planned, len(result.contributors), len(hosted))
+        log(INFO, "fdp-flower: round %d/%d done in %.3fs by secure aggregation (SecAgg+ %.3fs; %d of %d nodes' "
+            "shares)", server_round, self.server.rounds_planned, time.monotonic() - self._round_started,
+            result.seconds, len(result.contributors), len(hosted))
         return self.round_arrays(), None
 
     def initial_metrics(self) -> dict | None:
