@@ -192,9 +192,12 @@ def privacy_headline(section: dict, who: str = "client") -> str:
     budget = "" if asked is None else {"total": f"; total budget eps = {asked:g}",
                                        "per_round": f"; eps = {asked:g} per round"}.get(section.get("mode") or "", "")
     relation = NEIGHBOURING_TEXT.get(section["neighbouring"], section["neighbouring"])
+    accountant = "RDP accountant of the Skellam secure sums" if section.get("accountant") == "rdp" else "PLD accountant"
+    note = section.get("note") or ""
+    trusted = "; NO protection against the server (trusted aggregator)" if "trusted_aggregator" in note else ""
     return (f"privacy spent per {who} (worst {who} {section['worst_client']}, {section['releases']} releases): "
-            f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} (PLD accountant, {relation} "
-            f"neighbours{budget})")
+            f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} ({accountant}, {relation} "
+            f"neighbours{budget}{trusted})")
 
 
 def privacy_report(ledger, delta: float, *, mode: str | None = None, eps_budget: float | None = None) -> dict:

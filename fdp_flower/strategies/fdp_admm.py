@@ -335,7 +335,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     privacy = summary["privacy"]
     if scenario.privacy.enabled and privacy.get("private"):
         log(INFO, "fdp-flower: %s (RDP %.4f, zCDP %.4f; rho = %.5f)", privacy_headline(privacy),
-            privacy["eps_rdp"], privacy["eps_zcdp"], privacy["zcdp_rho"])
+            privacy["eps_rdp"], privacy["eps_zcdp"] if privacy["eps_zcdp"] is not None else float("nan"),
+            privacy["zcdp_rho"])
     elif not scenario.privacy.enabled:
         log(INFO, "fdp-flower: privacy off (F-ADMM): no DP guarantee")
     for site in privacy.get("sites", []):
