@@ -338,3 +338,99 @@ def test_flower_secure_aggregation_equals_the_in_process_run(tmp_path):
             assert summary["privacy"]["accountant"] == "rdp"
             assert summary["privacy"]["eps"] == pytest.approx(local.history[-1]["eps_rdp"], rel=1e-12)
             assert "secure sum" in output or "secure aggregation" in output
+
+
+class _NodesGrid:
+    """Flower's message path in one process: every message goes to the real ClientApp
+    (fdp_flower.client_app.app, mods included) of its node, one Context per node; the nodes in ``drop``
+    fail at SecAgg+'s masked-vector stage (an error reply, like a runtime's)."""
+
+    def __init__(self, run_config: dict, nodes: list[int]):
+        from flwr.app import Context, RecordDict
+
+        from fdp_flower.client_app import app
+
+        self.app, self.nodes, self.drop = app, nodes, set()
+        self.contexts = {n: Context(run_id=7, node_id=n, node_config={"partition-id": k, "num-partitions": len(nodes)},
+                                    state=RecordDict(), run_config=run_config) for k, n in enumerate(nodes)}
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        import copy
+        import uuid
+
+        from flwr.app import Error, Message
+
+        replies = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            cfg = msg.content.config_records.get("secaggplus_configs")
+            node = msg.metadata.dst_node_id
+            if node in self.drop and cfg is not None and cfg.get("stage") == "collect_masked_vectors":
+                replies.append(Message(Error(2, "dropped"), reply_to=msg))
+                continue
+            try:
+                replies.append(self.app(copy.deepcopy(msg), self.contexts[node]))
+            except Exception as exc:  # noqa: BLE001 -- a runtime turns it into an error reply
+                replies.append(Message(Error(2, str(exc)), reply_to=msg))
+        return replies
+
+
+@pytest.fixture
+def task_identity():
+    """Flower's message constructor reads the task identity a runtime sets (as tests/test_secure_sum_inmemory.py)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 7, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+
+
+def test_flower_strategy_secure_rounds_with_dropouts_through_the_real_clientapp(tmp_path, monkeypatch, task_identity):
+    """FDPADMMStrategy's secure round (secure_integer_sum from the server, secaggplus_mod and the site's
+    guard on every node of the real ClientApp): the decoded round equals the in-process engine's bit for bit;
+    one node dropping at the masked-vector stage (t = 1) leaves the round to the other shares, equal to the
+    in-process round without that client; two dropping refuse the round and stop the run."""
+    import tomllib
+
+    import yaml
+    from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+
+    from fdp_flower.strategies.common import FederationError
+    from fdp_flower.strategies.fdp_admm import FDPADMMStrategy
+    from tests.flower_harness import REPO
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    sc = scenario(clients=5, tolerated=1, rounds=3, n=1000)
+    path = tmp_path / "secure.yaml"
+    path.write_text(yaml.safe_dump(sc.model_dump(mode="json")))
+    app_config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    run_config = {**app_config, "scenario": str(path), "overrides": ""}
+    nodes = [11, 22, 33, 44, 55]
+    grid = _NodesGrid(run_config, nodes)
+    server, data, plan, basis, sizes = driven(sc)
+    strategy = FDPADMMStrategy(sc, basis, partition_sizes=sizes)
+    strategy.server_context = Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+    noise = run_noise(sc.seed)
+
+    def flower_round(r):
+        strategy.configure_train(r, ArrayRecord(), ConfigRecord(), grid)
+        strategy.aggregate_train(r, [])
+
+    flower_round(1)
+    one_round(server, data, plan, noise)
+    server.end_round()
+    np.testing.assert_array_equal(strategy.state.noisy_primals, server.state.noisy_primals)
+    grid.drop = {11}  # client 0's node (clients go round-robin over the sorted nodes)
+    flower_round(2)
+    one_round(server, data, plan, noise, skip=(0,))
+    server.end_round()
+    np.testing.assert_array_equal(strategy.state.noisy_primals, server.state.noisy_primals)
+    assert strategy.history[-1]["failed_clients"] == 1
+    grid.drop = {11, 22}
+    with pytest.raises(FederationError, match="refused"):
+        flower_round(3)
+    assert strategy.state.round == 2 and "refused" in strategy.server.stop_reason
