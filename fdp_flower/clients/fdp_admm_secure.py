@@ -132,10 +132,10 @@ def handle_secure_share(msg: Message, context: Context, scenario) -> Message:
     min_records = int(config[SECURE_MIN_RECORDS_KEY])
     if not source.node_local and min_records != int(np.min(source.partition_sizes())):
         raise ValueError(f"{SECURE_MIN_RECORDS_KEY} = {min_records} is not the run's min_i m_i")
-    if source.node_local or names_own_data(context, source):
-        raise ValueError("secure aggregation on node-local data is not supported yet: the site ledger does not "
-                         "record Skellam shares")
-    site = SiteSession.open(context, scenario, node_local=False)
+    site = SiteSession.open(context, scenario, node_local=names_own_data(context, source))  # its policy, t
+    if site.node_local and not source.node_local:
+        raise ValueError(f"this site serves its own data file only (data kind 'node_files'); the run's data kind "
+                         f"{source.kind!r} is refused")
     site.admit(True, "FDP-ADMM secure-sum shares")
     partitions = [node_partition(context, scenario, c, simulated=not source.node_local) for c in clients]
     failed = load_node_features(context, scenario, sorted(set(partitions)), basis, digest)

@@ -213,14 +213,19 @@ def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:
     can exceed the server's figure when the server did not see every release (a lost reply, the
     releases of a run this one resumed)."""
     from fdp_flower.privacy import pld_epsilon
+    from fdp_flower.privacy.ledger import has_skellam, skellam_aware_epsilon
 
     rows = []
     for client, report in sorted(site_reports.items()):
         delta, relation = float(report["delta"]), str(report["neighbouring"])
-        try:
-            server = pld_epsilon([r.under(relation) for r in ledger.of_client(client)], delta)
-        except ValueError:  # a release without a known conversion to the site's relation
-            server = None
+        releases = ledger.of_client(client)
+        if has_skellam(releases):  # secure-sum shares: the RDP figure the site computes too (replace-one)
+            server = skellam_aware_epsilon(releases, delta) if relation == "replace_one" else None
+        else:
+            try:
+                server = pld_epsilon([r.under(relation) for r in releases], delta)
+            except ValueError:  # a release without a known conversion to the site's relation
+                server = None
         rows.append({"client": int(client), "eps": float(report["eps"]), "releases": int(report["releases"]),
                      "run_eps": float(report["run-eps"]), "run_releases": int(report["run-releases"]),
                      "delta": delta, "neighbouring": relation, "max_eps": float(report["max-eps"]),

@@ -51,7 +51,8 @@ import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
 from fdp_flower.config.base import ScenarioError, _Frozen, validate_mapping
-from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon
+from fdp_flower.privacy.distributed import SkellamSumRelease
+from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon, skellam_aware_epsilon
 from fdp_flower.privacy.mechanisms import release_rng
 
 #: SeedSequence spawn-key tag of noise derived from a site's secret (the run seed's noise uses
@@ -334,7 +335,7 @@ class SiteRelease:
     """
 
     run: int
-    release: GaussianRelease
+    release: GaussianRelease | SkellamSumRelease
     noise_source: str
     scenario: str = ""  # digest of the run's scenario (tells a resumed run from a new one)
     time: str = ""
@@ -374,6 +375,13 @@ def site_epsilon(releases: Sequence[SiteRelease], policy: SitePolicy) -> float:
     are equal, slightly tighter otherwise (less accumulated discretization, ~5e-7 relative at 40
     distinct multipliers), and one evaluation per check however long the site's ledger grows.
     """
+    if any(isinstance(r.release, SkellamSumRelease) for r in releases):
+        # secure-sum shares (eq. (9.3)): their RDP curve with the Gaussian releases', the only accountant of the
+        # Skellam; their sensitivity bound is stated for replaced records
+        if policy.neighbouring != "replace_one":
+            raise SiteRefusal("site ledger: secure-sum (Skellam) shares are accounted under replace-one neighbours "
+                              f"only; this site's neighbouring is {policy.neighbouring}")
+        return skellam_aware_epsilon([r.release for r in releases], policy.max_delta)
     try:
         converted = [r.release.under(policy.neighbouring) for r in releases]
     except ValueError as exc:
