@@ -434,3 +434,29 @@ def test_flower_strategy_secure_rounds_with_dropouts_through_the_real_clientapp(
     with pytest.raises(FederationError, match="refused"):
         flower_round(3)
     assert strategy.state.round == 2 and "refused" in strategy.server.stop_reason
+
+
+def test_site_ledger_charges_skellam_shares_by_rdp_and_refuses_them_under_add_remove(tmp_path):
+    """A site's own ledger (node-local data) records a secure-sum share with its accounting fields, reads it
+    back, composes the site's eps by the same RDP figure as the run's ledger, refuses a share beyond
+    max-eps, and refuses shares altogether under add_remove neighbours."""
+    from fdp_flower.privacy.ledger import skellam_aware_epsilon
+    from fdp_flower.privacy.site_ledger import SiteLedger
+    from fdp_flower.privacy.site_policy import SitePolicy, SiteRefusal
+    from fdp_flower.privacy.site_policy import SiteRelease as SiteEntry
+
+    sc = scenario(tolerated=1, rounds=5)
+    _, _, plan, _, _ = driven(sc)
+    events = [SkellamSumRelease.of_plan(plan.secure, client=2, round=r) for r in range(1, 6)]
+    ledger = SiteLedger(tmp_path / "site" / "site-ledger.jsonl", tmp_path / "head" / "head.json")
+    policy = SitePolicy(max_eps=1.0 + 1e-9, max_delta=1e-5)
+    totals = [ledger.charge(SiteEntry(1, e, "os_entropy", "digest"), policy) for e in events]
+    assert totals[-1].eps == pytest.approx(skellam_aware_epsilon(events, 1e-5), rel=1e-12)
+    assert 0.999 < totals[-1].eps <= 1.0  # the plan spends the whole budget at its 5 rounds
+    assert [entry.release for entry in ledger.read()] == events
+    extra = SkellamSumRelease.of_plan(plan.secure, client=2, round=6)
+    with pytest.raises(SiteRefusal, match="max-eps"):
+        ledger.charge(SiteEntry(1, extra, "os_entropy", "digest"), policy)
+    other = SiteLedger(tmp_path / "other" / "site-ledger.jsonl", tmp_path / "head2" / "head.json")
+    with pytest.raises(SiteRefusal, match="replace-one neighbours only"):
+        other.charge(SiteEntry(1, events[0], "os_entropy", "digest"), SitePolicy(neighbouring="add_remove"))
