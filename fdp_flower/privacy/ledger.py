@@ -201,7 +201,23 @@ def skellam_aware_epsilon(releases, delta: float) -> float:
     skellam = [r for r in rel if isinstance(r, SkellamSumRelease)]
     if not skellam:
         return rdp_epsilon(rel, delta)
-    return composed_epsilon(skellam, delta * (1.0 - TAIL_DELTA_FRACTION), gaussian_multipliers=_multipliers(rel))
+    counts: dict[tuple[float, float, float], int] = {}
+    for r in skellam:
+        key = (r.l2_sensitivity, r.l1_sensitivity, r.variance)
+        counts[key] = counts.get(key, 0) + 1
+    # clients with the same releases (every client of a secure sum, every round) share one conversion
+    key = (tuple(sorted(counts.items())), tuple(sorted(_multipliers(rel))), float(delta))
+    eps = _SKELLAM_EPS.get(key)
+    if eps is None:
+        if len(_SKELLAM_EPS) > 4096:
+            _SKELLAM_EPS.clear()
+        eps = _SKELLAM_EPS[key] = composed_epsilon(skellam, delta * (1.0 - TAIL_DELTA_FRACTION),
+                                                   gaussian_multipliers=list(key[1]))
+    return eps
+
+
+#: skellam_aware_epsilon's conversions, by the releases' (l2, l1, V) counts, Gaussian multipliers and delta
+_SKELLAM_EPS: dict[tuple, float] = {}
 
 
 def _dp_event(releases) -> dp_accounting.DpEvent:
