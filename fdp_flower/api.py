@@ -222,9 +222,21 @@ def check_run_arguments(*, eps, seed, out) -> None:
             raise InputError(f"out: {exc}") from None
 
 
-def _privacy_section(eps, delta: float, privacy: str, noise_source: str) -> dict[str, Any]:
+#: ``privacy.trust`` values (:mod:`fdp_flower.privacy.trust_modes`).
+TRUST_MODES = ("site", "secure_aggregation", "trusted_aggregator")
+
+
+def _privacy_section(eps, delta: float, privacy: str, noise_source: str, *, trust: str = "site",
+                     tolerated: int = 0) -> dict[str, Any]:
+    if trust not in TRUST_MODES:
+        raise InputError(f"trust: choose one of {', '.join(TRUST_MODES)}, got {trust!r}")
     if eps is None:
+        if trust != "site":
+            raise InputError(f"trust: {trust!r} needs privacy (eps=None adds no noise)")
         return {"enabled": False, "delta": delta}
+    if trust != "site":
+        section = _privacy_section(eps, delta, privacy, noise_source)
+        return {**section, "trust": trust, **({"tolerated": tolerated} if tolerated else {})}
     if privacy not in PRIVACY_MODES:
         raise InputError(f"privacy: choose one of {', '.join(PRIVACY_MODES)}, got {privacy!r}")
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
@@ -289,7 +301,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         clip: float = 3.0, clip_shape: str = "sphere", intercept: bool = True, intercept_share: float = 0.5,
         response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, estimator: str | None = None,
         basis_eps: float | None = None, basis_delta: float | None = None, seed: int = 0,
-        noise_source: str = "seeded",
+        noise_source: str = "seeded", trust: str = "site", tolerated: int = 0,
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
         reference: bool = True, progress=False, name: str = "fit", accountant=None,
         noncrossing: bool = True) -> FunctionalModel:
@@ -349,6 +361,15 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         Seeds the split, the basis phase and the noise (default: 0).
     noise_source : {"seeded", "os_entropy"}
         "os_entropy" draws the noise from the operating system (not reproducible) (default: "seeded").
+    trust : {"site", "secure_aggregation", "trusted_aggregator"}
+        Whom the releases are private against (docs/privacy.md, "Trust modes"): "site" (default) each
+        client noises its own release; "secure_aggregation" each client adds a 1 / (M - t) share of
+        Skellam noise and the server learns only the sum (total mode; eps by the RDP accountant);
+        "trusted_aggregator" the clients send noise-free terms and the server adds the noise once (NO
+        protection against the server).
+    tolerated : int
+        secure_aggregation: t, the clients that may drop out of a round or collude with the server with
+        the guarantee kept (default: 0); a round with more missing shares is refused.
     out : path or None
         Also write a results directory there (readable by :func:`load_results`).
     data_dir : path or None
@@ -424,7 +445,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
                       "clip_c1": clip, "clip_shape": clip_shape, "intercept": intercept,
                       "intercept_share": intercept_share},
             "algorithm": algorithm,
-            "privacy": _privacy_section(eps, delta, privacy, noise_source),
+            "privacy": _privacy_section(eps, delta, privacy, noise_source, trust=trust, tolerated=tolerated),
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
         scenario = _parse(parse_scenario, data, "fit()")

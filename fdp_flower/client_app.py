@@ -17,11 +17,30 @@ app = ClientApp()
 log = logging.getLogger(__name__)
 
 
-@app.train()
+def secure_sum_mod(msg: Message, context: Context, call_next) -> Message:
+    """SecAgg+ messages (``privacy.trust: secure_aggregation``) through the site's guard and Flower's
+    ``secaggplus_mod`` (:func:`fdp_flower.clients.fdp_admm_secure.secure_sum_mod`); others as they are."""
+    if not (msg.has_content() and "secaggplus_configs" in msg.content.config_records):
+        return call_next(msg, context)
+    from fdp_flower.clients.fdp_admm_secure import secure_sum_mod as guarded
+
+    return guarded(msg, context, call_next)
+
+
+@app.train(mods=[secure_sum_mod])
 def train(msg: Message, context: Context) -> Message:
     """One round's releases.  Any failure -- a refusal by the site's policy, a value it does not accept,
     unreadable data -- is an error reply stripped of the node's local paths (nothing released); the whole
     message stays in the node's log."""
+    if msg.has_content() and "secaggplus_configs" in msg.content.config_records:  # a secure sum's share
+        from fdp_flower.clients.fdp_admm_secure import handle_secure_share
+        from fdp_flower.clients.site import public_reason
+
+        try:
+            return handle_secure_share(msg, context, run_scenario(context))
+        except Exception as exc:  # noqa: BLE001 (nothing is sent; the reason without local paths)
+            log.warning("fdp-flower: secure-sum share refused: %s", exc)
+            raise RuntimeError(public_reason(exc, context)) from None
     try:
         scenario = run_scenario(context)
         return resolve(family(scenario.algorithm.kind).client_train)(msg, context, scenario)

@@ -369,7 +369,9 @@ def test_worst_case_shares_fit_flowers_range_and_bad_inputs_are_refused(plan):
         dd.site_share(worst, plan, rng, records=m + 1)
     with pytest.raises(dd.ShareRefused, match="not clipped"):
         dd.site_share(worst * 1.01, plan, rng, records=m)
-    too_coarse = dataclasses.replace(plan, scale=plan.scale * 10)
+    # a scale at which the worst data term alone is twice Flower's clip (the planner's scale is limited by the
+    # Poisson sampler's range, MAX_POISSON_MEAN, well below the clip)
+    too_coarse = dataclasses.replace(plan, scale=2 * plan.grid.share_bound / (m * plan.record_bound))
     with pytest.raises(dd.ShareRefused, match="beyond Flower's clip"):
         dd.site_share(worst, too_coarse, rng, records=m)
 

@@ -19,6 +19,7 @@ from fdp_flower.config.base import (
     APP_DIR,
     RUN_CONFIG_TYPES,
     RUN_CONFIG_UNSET,
+    RUN_CONFIG_UNSET_TEXT,
     ScenarioError,
     run_config_field_overrides,
 )
@@ -33,8 +34,9 @@ def _config(scenario: str, **typed) -> dict:
 
 
 def test_pyproject_declares_every_typed_key_unset_with_its_type():
-    for key, kind in RUN_CONFIG_TYPES.items():
-        assert APP_CONFIG[key] == RUN_CONFIG_UNSET and type(APP_CONFIG[key]) is kind, key
+    for key, kind in RUN_CONFIG_TYPES.items():  # a string key (trust) is unset as ""
+        unset = RUN_CONFIG_UNSET_TEXT if kind is str else RUN_CONFIG_UNSET
+        assert APP_CONFIG[key] == unset and type(APP_CONFIG[key]) is kind, key
 
 
 def test_defaults_leave_the_scenario_as_the_file_says():

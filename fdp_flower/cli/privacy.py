@@ -95,6 +95,10 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
     if scenario.algorithm.kind != "fdp_admm":
         raise ScenarioError(f"the calculator computes FDP-ADMM's releases; algorithm {scenario.algorithm.kind!r} "
                             "records its own ledger (see docs/privacy.md)")
+    if scenario.privacy.enabled and scenario.privacy.trust != "site":
+        raise ScenarioError(f"privacy.trust {scenario.privacy.trust!r}: the calculator computes per-site Gaussian "
+                            "releases only; a run's own ledger and summary report the secure-aggregation (RDP) or "
+                            "trusted-aggregator eps (docs/privacy.md, section 7.1)")
     dim = getattr(scenario.basis, "n_components", None)
     if dim is None:
         raise ScenarioError("the basis size K is chosen from data (explained_variance); "

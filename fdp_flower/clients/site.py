@@ -39,6 +39,7 @@ from fdp_flower.privacy.site_policy import (
     SiteTotals,
     check_node_config_keys,
     check_private,
+    check_trust,
     clipped_rows_event,
     clipped_rows_release,
 )
@@ -129,6 +130,9 @@ class SiteSession:
         if not node_local:  # no site ledger, so no run key is needed
             return cls(False, 0, int(scenario.seed), requested)
         policy = SitePolicy.from_node_config(context.node_config)
+        privacy = scenario.privacy
+        if getattr(privacy, "enabled", False):  # the site decides whom it trusts, whatever the run config asks
+            check_trust(policy, str(getattr(privacy, "trust", "site")), int(getattr(privacy, "tolerated", 0)))
         return cls(True, int(context.run_id), int(scenario.seed), requested, scenario_digest(scenario), policy,
                    SiteNoise.of(policy), SiteLedger(policy.ledger_path(), policy.ledger_head_path()))
 

@@ -243,9 +243,11 @@ def run_config_scenario_path(run_config: dict[str, Any], app_dir: Path = APP_DIR
 #: family maps them to its scenario fields (:attr:`fdp_flower.algorithms.registry.Family.run_config`).  A
 #: key whose value is :data:`RUN_CONFIG_UNSET` (the pyproject default) leaves the scenario's value.
 RUN_CONFIG_TYPES: dict[str, type] = {"num-server-rounds": int, "eps": float, "delta": float, "tau": float,
-                                     "lam": float, "seed": int, "num-clients": int}
+                                     "lam": float, "seed": int, "num-clients": int, "trust": str}
 #: The value of a typed key that means "the scenario's value" (every mapped field is >= 0).
 RUN_CONFIG_UNSET = -1
+#: The value of a typed string key (``trust``) that means "the scenario's value".
+RUN_CONFIG_UNSET_TEXT = ""
 
 
 def run_config_field_overrides(run_config: dict[str, Any], family: str, fields: dict[str, str]) -> dict[str, Any]:
@@ -258,6 +260,18 @@ def run_config_field_overrides(run_config: dict[str, Any], family: str, fields: 
     """
     out: dict[str, Any] = {}
     for key, kind in RUN_CONFIG_TYPES.items():
+        if kind is str:
+            text = run_config.get(key, RUN_CONFIG_UNSET_TEXT)
+            if not isinstance(text, str):
+                raise ScenarioError(f"run config: {key} = {text!r} must be a string ({RUN_CONFIG_UNSET_TEXT!r}: the "
+                                    "scenario's value)")
+            if text == RUN_CONFIG_UNSET_TEXT:
+                continue
+            if key not in fields:
+                raise ScenarioError(f"run config: {key} has no meaning for {family} scenarios; leave it at "
+                                    f"{RUN_CONFIG_UNSET_TEXT!r} (set the scenario field with `overrides`)")
+            out[fields[key]] = text
+            continue
         value = run_config.get(key, RUN_CONFIG_UNSET)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ScenarioError(f"run config: {key} = {value!r} must be a number ({RUN_CONFIG_UNSET}: the "

@@ -120,6 +120,15 @@ class PrivacyConfig(_Frozen):
     report_clipped_rows: bool = Field(
         False, description="clients send their count of clipped rows (a data-dependent count outside the "
                            "DP guarantee; always sent when privacy is off)")
+    trust: Literal["site", "secure_aggregation", "trusted_aggregator"] = Field(
+        "site", description="whom the releases must be private against (docs/privacy.md, 'Trust modes'): "
+                            "site: each site noises its own release (private against the server); "
+                            "secure_aggregation: each site adds a 1/(M - t) share of integer (Skellam) noise and "
+                            "the server learns only the sum (FDP-ADMM, total mode); trusted_aggregator: sites send "
+                            "noise-free terms and the server adds the noise once (NO protection against the server)")
+    tolerated: int = Field(0, ge=0, description="secure_aggregation: t, the sites that may drop out of a round or "
+                                                "collude with the server with the guarantee kept (each share is "
+                                                "inflated by M / (M - t)); more missing shares refuse the round")
 
     @model_validator(mode="after")
     def _finite_eps(self):
@@ -128,6 +137,13 @@ class PrivacyConfig(_Frozen):
         if self.mode == "per_round" and self.schedule.kind != "constant":
             raise ValueError(f"schedule {self.schedule.kind!r} needs mode: total (per_round applies the "
                              "paper's rule, the same eps every round)")
+        if self.trust != "site" and not self.enabled:
+            raise ValueError(f"trust {self.trust!r} needs privacy enabled (without noise there is nothing to trust)")
+        if self.trust == "secure_aggregation" and (self.mode != "total" or self.schedule.kind != "constant"):
+            raise ValueError("trust 'secure_aggregation' needs mode: total and a constant schedule (the Skellam "
+                             "noise is calibrated once for the whole run)")
+        if self.tolerated and self.trust != "secure_aggregation":
+            raise ValueError(f"tolerated = {self.tolerated} applies to trust 'secure_aggregation' only")
         return self
 
 

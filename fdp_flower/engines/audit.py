@@ -210,6 +210,8 @@ class FDPADMMProtocol(_Protocol):
         self.objective = build_objective(scenario)
         self.dim = model_dim(scenario, basis)
         self.steps_plan = noise_plan(scenario, basis)
+        if scenario.privacy.enabled and scenario.privacy.trust != "site":
+            raise ValueError(f"the membership audit covers privacy.trust 'site' only, not {scenario.privacy.trust!r}")
         self.site_plan = site_plan(scenario, basis)
         self.scales = self.site_plan.scales
         self.rho = scenario.algorithm.rho

@@ -124,6 +124,9 @@ def _plan_key(scenario: Scenario) -> str:
 def _check_supported(scenario: Scenario) -> None:
     if scenario.algorithm.kind != "fdp_admm":
         raise ValueError(f"the batched engine runs fdp_admm only, not {scenario.algorithm.kind!r}")
+    if scenario.privacy.enabled and scenario.privacy.trust != "site":
+        raise ValueError(f"the batched engine runs privacy.trust 'site' only, not {scenario.privacy.trust!r}: "
+                         "use the inprocess engine")
     faults = getattr(scenario, "faults", None)
     if faults is not None and faults.failure_rate > 0:
         raise ValueError("the batched engine does not inject failures (faults.failure_rate > 0): "

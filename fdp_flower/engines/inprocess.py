@@ -111,7 +111,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
                                                  delta=b.delta))
     log.info("setup done in %.1fs (K=%d, M=%d)", time.perf_counter() - t0, server.dim, len(sizes))
     data = SiteData.stack(range(len(sizes)), features, responses, clipped)
-    plan, noise = site_plan(scenario, basis), run_noise(scenario.seed, p.noise_source)
+    plan, noise = site_plan(scenario, basis, sizes), run_noise(scenario.seed, p.noise_source)
     faults = scenario.faults
     fault_seed = scenario.seed if faults.seed is None else faults.seed
     failed = None if faults.failure_rate == 0 else (

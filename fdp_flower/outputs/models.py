@@ -43,7 +43,8 @@ class PrivacyReport:
     ----------
     private : False when the run added no noise (no guarantee at all)
     eps : total eps of that client by the PLD accountant (``dp_accounting``), all of its
-        releases composed (the basis phase's too); None when not private
+        releases composed (the basis phase's too); with ``privacy.trust: secure_aggregation`` by the
+        RDP accountant of the Skellam shares (the only one that covers them); None when not private
     delta : the delta of ``eps``
     neighbouring : the relation the sensitivities were computed for: "replace_one" (one record
         of one client replaced) or "add_remove" (one record added or removed)
@@ -82,7 +83,7 @@ class PrivacyReport:
             raise ValueError(f"the ledger mixes neighbouring relations {relations}: re-express it under one "
                              "(PrivacyLedger.under_neighbouring) before reporting a total")
         worst = ledger.worst_case(delta, with_pld=True)
-        return cls(True, float(worst.eps_pld), float(delta), relations[0], mode, eps_budget,
+        return cls(True, float(worst.headline_eps), float(delta), relations[0], mode, eps_budget,
                    float(worst.eps_rdp), float(worst.eps_zcdp), float(worst.zcdp_rho), int(worst.releases),
                    int(worst.client), tuple(sorted({r.mechanism for r in ledger.releases})))
 
@@ -91,9 +92,12 @@ class PrivacyReport:
             return "not private (no noise was added: no differential-privacy guarantee)"
         budget = {"total": f"total budget eps = {self.eps_budget:g}",
                   "per_round": f"eps = {self.eps_budget:g} per round"}.get(self.mode or "", "")
-        return (f"eps = {self.eps:.4g} at delta = {self.delta:g} (PLD, worst client {self.worst_client}, "
+        accountant = "RDP, Skellam secure sums" if "skellam_secure_sum" in self.mechanisms else "PLD"
+        trusted = ("; trusted aggregator: NO protection against the server, which saw every site's noise-free term"
+                   if "fdp_admm_trusted_aggregator" in self.mechanisms else "")
+        return (f"eps = {self.eps:.4g} at delta = {self.delta:g} ({accountant}, worst client {self.worst_client}, "
                 f"{self.releases} releases; {NEIGHBOURING_TEXT.get(self.neighbouring, self.neighbouring)} "
-                f"neighbours{'; ' + budget if budget else ''})")
+                f"neighbours{'; ' + budget if budget else ''}{trusted})")
 
 
 def history_frame(rows: list[dict[str, Any]]):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fdp_flower.outputs.layout import JOURNAL_FILE
 from fdp_flower.privacy import GaussianRelease
+from fdp_flower.privacy.distributed import SkellamSumRelease
 
 JOURNAL_NAME = JOURNAL_FILE
 
@@ -34,7 +35,8 @@ def append_requests(path: str | Path, releases) -> None:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps({"client": r.client, "round": r.round, "sensitivity": r.sensitivity, "sigma": r.sigma,
+    data = "".join(json.dumps(r.as_row() if isinstance(r, SkellamSumRelease) else
+                              {"client": r.client, "round": r.round, "sensitivity": r.sensitivity, "sigma": r.sigma,
                                "neighbouring": r.neighbouring, "mechanism": r.mechanism}) + "\n" for r in releases)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -44,7 +46,7 @@ def append_requests(path: str | Path, releases) -> None:
         os.close(fd)
 
 
-def releases_after(path: str | Path, round_: int) -> list[GaussianRelease]:
+def releases_after(path: str | Path, round_: int) -> list[GaussianRelease | SkellamSumRelease]:
     """The journaled releases of rounds after ``round_`` (none if there is no journal); a torn last
     line (a crash while it was written: that release was never made) is skipped."""
     try:
@@ -56,7 +58,9 @@ def releases_after(path: str | Path, round_: int) -> list[GaussianRelease]:
         if not line.strip():
             continue
         try:
-            release = GaussianRelease(**json.loads(line))
+            row = json.loads(line)
+            release = SkellamSumRelease.from_row(row) if row.get("mechanism") == SkellamSumRelease.mechanism \
+                else GaussianRelease(**row)
         except (ValueError, TypeError) as exc:
             if number == len(lines):  # no newline after it: torn by the crash
                 continue

@@ -149,7 +149,7 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
     ``per_client`` rows carry every client's figures (``eps_pld`` in closed form, equal to the PLD
     accountant's to 1e-7).  ``mode`` / ``eps_budget``: what was asked for (total or per-round eps).
     """
-    from fdp_flower.privacy.ledger import epsilon_of_rho, pld_epsilon, pld_fallback_note
+    from fdp_flower.privacy.ledger import epsilon_of_rho, has_skellam, pld_epsilon, pld_fallback_note, trust_note
 
     if not ledger.releases:
         return {k: None for k in PRIVACY_KEYS} | {"private": False, "accountant": "pld", "delta": delta,
@@ -159,6 +159,15 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
     if len(relations) > 1:
         ledger, relations = ledger.under_neighbouring("replace_one"), ["replace_one"]
     per_client = ledger.summaries(delta, with_pld=False)
+    if has_skellam(ledger.releases):  # secure aggregation: the Skellam's RDP figure is the headline (eq. (9.3))
+        worst = max(per_client, key=lambda s: s.eps_rdp)
+        rows = [{"client": s.client, "releases": s.releases, "zcdp_rho": s.zcdp_rho, "eps_zcdp": None,
+                 "eps_rdp": s.eps_rdp, "eps_pld": None} for s in per_client]
+        return {"private": True, "accountant": "rdp", "eps": worst.eps_rdp, "delta": delta,
+                "neighbouring": relations[0], "worst_client": worst.client, "releases": worst.releases,
+                "eps_rdp": worst.eps_rdp, "eps_zcdp": None, "zcdp_rho": worst.zcdp_rho, "mode": mode,
+                "eps_budget": eps_budget, "mechanisms": sorted({r.mechanism for r in ledger.releases}),
+                "per_client": rows, "note": trust_note(ledger)}
     worst = max(per_client, key=lambda s: s.zcdp_rho)  # Gaussians: eps is increasing in the composed rho
     rows = [{"client": s.client, "releases": s.releases, "zcdp_rho": s.zcdp_rho, "eps_zcdp": s.eps_zcdp,
              "eps_rdp": s.eps_rdp, "eps_pld": epsilon_of_rho(s.zcdp_rho, delta)} for s in per_client]
@@ -166,7 +175,9 @@ def privacy_section(ledger, delta: float, *, mode: str | None = None, eps_budget
             "delta": delta, "neighbouring": relations[0], "worst_client": worst.client, "releases": worst.releases,
             "eps_rdp": worst.eps_rdp, "eps_zcdp": worst.eps_zcdp, "zcdp_rho": worst.zcdp_rho, "mode": mode,
             "eps_budget": eps_budget, "mechanisms": sorted({r.mechanism for r in ledger.releases}),
-            "per_client": rows, "note": pld_fallback_note(ledger.of_client(worst.client))}
+            "per_client": rows, "note": "; ".join(n for n in (trust_note(ledger),
+                                                                pld_fallback_note(ledger.of_client(worst.client))) if n)
+            or None}
 
 
 def _format_eps(eps) -> str:
@@ -182,9 +193,12 @@ def privacy_headline(section: dict, who: str = "client") -> str:
     budget = "" if asked is None else {"total": f"; total budget eps = {asked:g}",
                                        "per_round": f"; eps = {asked:g} per round"}.get(section.get("mode") or "", "")
     relation = NEIGHBOURING_TEXT.get(section["neighbouring"], section["neighbouring"])
+    accountant = "RDP accountant of the Skellam secure sums" if section.get("accountant") == "rdp" else "PLD accountant"
+    note = section.get("note") or ""
+    trusted = "; NO protection against the server (trusted aggregator)" if "trusted_aggregator" in note else ""
     return (f"privacy spent per {who} (worst {who} {section['worst_client']}, {section['releases']} releases): "
-            f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} (PLD accountant, {relation} "
-            f"neighbours{budget})")
+            f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} ({accountant}, {relation} "
+            f"neighbours{budget}{trusted})")
 
 
 def privacy_report(ledger, delta: float, *, mode: str | None = None, eps_budget: float | None = None) -> dict:
@@ -200,14 +214,19 @@ def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:
     can exceed the server's figure when the server did not see every release (a lost reply, the
     releases of a run this one resumed)."""
     from fdp_flower.privacy import pld_epsilon
+    from fdp_flower.privacy.ledger import has_skellam, skellam_aware_epsilon
 
     rows = []
     for client, report in sorted(site_reports.items()):
         delta, relation = float(report["delta"]), str(report["neighbouring"])
-        try:
-            server = pld_epsilon([r.under(relation) for r in ledger.of_client(client)], delta)
-        except ValueError:  # a release without a known conversion to the site's relation
-            server = None
+        releases = ledger.of_client(client)
+        if has_skellam(releases):  # secure-sum shares: the RDP figure the site computes too (replace-one)
+            server = skellam_aware_epsilon(releases, delta) if relation == "replace_one" else None
+        else:
+            try:
+                server = pld_epsilon([r.under(relation) for r in releases], delta)
+            except ValueError:  # a release without a known conversion to the site's relation
+                server = None
         rows.append({"client": int(client), "eps": float(report["eps"]), "releases": int(report["releases"]),
                      "run_eps": float(report["run-eps"]), "run_releases": int(report["run-releases"]),
                      "delta": delta, "neighbouring": relation, "max_eps": float(report["max-eps"]),

@@ -96,8 +96,16 @@ FLOAT_SLACK = 1e-9
 TAIL_DELTA_FRACTION = 1e-6
 #: Probability per run that the sum leaves the decodable range (a failed round).
 WRAP_PROBABILITY = 1e-9
-#: Largest Poisson mean numpy samples without loss (Generator.poisson refuses lam > ~9.2e18).
-MAX_POISSON_MEAN = 1e17
+#: Largest Poisson mean the Skellam sampler uses (so the planner keeps every share's variance <= 2^31).
+#: numpy's Generator.poisson (PTRS) evaluates its acceptance test k log(lam) - lam - loggamma(k + 1) in
+#: float64, whose terms grow like lam log(lam): its absolute rounding error is ~1e-5 at lam = 2^30 but
+#: reaches O(1) near 1e14, and the draws are then visibly wrong (measured with 2e5 draws: variance / lam
+#: = 0.956 at 5e14, 1.036 at 1e15, 1.42 at 1e16, where 0.003 is one standard error) -- a short noise
+#: variance is a privacy failure.  Up to 2^43 the variance and the 4-sigma tail measured right (2e6
+#: draws); 2^30 keeps the log-density error of a draw near 1e-5, and costs the plan only rounding
+#: precision (sqrt(K) / (2 gamma G) about 1e-3 at M = 10, 2e-3 at M = 2; the Gaussian-equivalent
+#: multiplier moves by < 0.3%).
+MAX_POISSON_MEAN = 2.0**30
 
 
 class ShareRefused(ValueError):
@@ -514,6 +522,21 @@ def honest_variance(plan: SecureSumPlan, contributing: int, colluding: int = 0) 
     return honest * plan.share_variance
 
 
+def tolerated_nodes(loads: Sequence[int], tolerated: int) -> int:
+    """The most nodes whose masked vectors may be missing from a secure sum when node j carries
+    ``loads[j]`` clients' shares (summed before masking) and at most ``tolerated`` = t shares may be
+    missing: the largest d with the d largest loads summing to <= t (one client per node: d = t)."""
+    loads = sorted((int(x) for x in loads), reverse=True)
+    if not loads or any(x < 1 for x in loads):
+        raise ValueError(f"loads must be positive client counts, got {loads}")
+    missing, d = 0, 0
+    for x in loads:
+        if missing + x > tolerated:
+            break
+        missing, d = missing + x, d + 1
+    return d
+
+
 def site_share(record_sum: np.ndarray, plan: SecureSumPlan, rng: np.random.Generator, *, records: int) -> np.ndarray:
     """One site's integer share v_i = R(gamma d_i) + Sk(V / (M - t)) (eq. (9.1)), or
     :class:`ShareRefused` when its inputs break the plan's bounds or a coordinate would be clipped by
@@ -567,6 +590,27 @@ class SkellamSumRelease:
         return skellam_rdp(l2_sensitivity=self.l2_sensitivity, l1_sensitivity=self.l1_sensitivity,
                            variance=self.variance, orders=orders)
 
+    @property
+    def zcdp_rho(self) -> float:
+        """Delta_2^2 / (2 V), the Gaussian term of (9.3): used to ORDER clients by spending only; the
+        release is not rho-zCDP with it (the O(1/V) term of (9.3) is on top) and its eps is always
+        computed from the whole RDP curve (:func:`composed_epsilon`)."""
+        return 0.5 * self.l2_sensitivity**2 / self.variance
+
+    def as_row(self) -> dict:
+        """The event as a plain dict (ledger CSV/JSON); :meth:`from_row` inverts it."""
+        return {"client": self.client, "round": self.round, "sensitivity": self.l2_sensitivity,
+                "sigma": math.sqrt(self.variance), "neighbouring": self.neighbouring, "mechanism": self.mechanism,
+                "l1_sensitivity": self.l1_sensitivity, "variance": self.variance, "sites": self.sites,
+                "tolerated": self.tolerated, "scale": self.scale}
+
+    @classmethod
+    def from_row(cls, row) -> SkellamSumRelease:
+        return cls(client=int(row["client"]), round=int(row["round"]), l2_sensitivity=float(row["sensitivity"]),
+                   l1_sensitivity=float(row["l1_sensitivity"]), variance=float(row["variance"]),
+                   sites=int(row["sites"]), tolerated=int(row["tolerated"]), scale=float(row["scale"]),
+                   neighbouring=str(row.get("neighbouring", "replace_one")))
+
 
 def composed_epsilon(releases: Sequence[SkellamSumRelease], delta: float, *,
                      gaussian_multipliers: Sequence[float] = (), orders: Sequence[int] | None = None) -> float:
@@ -575,8 +619,12 @@ def composed_epsilon(releases: Sequence[SkellamSumRelease], delta: float, *,
     :attr:`SecureSumPlan.delta_mechanism`)."""
     a = _orders(orders)
     total = np.zeros_like(a)
-    for r in releases:
-        total = total + r.rdp(a)
+    counts: dict[tuple[float, float, float], int] = {}
+    for r in releases:  # identical releases as count x RDP: the same arithmetic as the plan's rounds x RDP
+        key = (r.l2_sensitivity, r.l1_sensitivity, r.variance)
+        counts[key] = counts.get(key, 0) + 1
+    for (l2, l1, v), count in counts.items():
+        total = total + count * skellam_rdp(l2_sensitivity=l2, l1_sensitivity=l1, variance=v, orders=a)
     for z in gaussian_multipliers:
         total = total + gaussian_rdp(z, a)
     if not releases and not gaussian_multipliers:

@@ -19,8 +19,10 @@ from fdp_flower.privacy.ledger import (
     GaussianRelease,
     PrivacyLedger,
     gaussian_epsilon,
+    has_skellam,
     pld_epsilon,
     rdp_epsilon,
+    skellam_aware_epsilon,
     zcdp_epsilon,
 )
 
@@ -110,6 +112,8 @@ class BudgetGuard:
 
     def epsilon(self, releases: Sequence[GaussianRelease]) -> float:
         """The guard's eps of one client's releases (cached on their multipliers)."""
+        if has_skellam(releases):  # a secure sum's shares: their RDP figure whatever the accountant
+            return skellam_aware_epsilon(releases, self.delta_total)
         if self.accountant == "zcdp":
             return zcdp_epsilon(releases, self.delta_total)
         key = tuple(_group_multipliers([r.noise_multiplier for r in releases if r.sensitivity > 0]))
@@ -126,7 +130,9 @@ class BudgetGuard:
             by_client.setdefault(r.client, []).append(r)
         for client in sorted(by_client):
             recorded = self.ledger.of_client(client)
-            if self.accountant == "pld":  # the ledger's PLD figure in closed form (one call per client)
+            if has_skellam(recorded + by_client[client]):
+                eps_after = skellam_aware_epsilon(recorded + by_client[client], self.delta_total)
+            elif self.accountant == "pld":  # the ledger's PLD figure in closed form (one call per client)
                 eps_after = gaussian_epsilon(recorded + by_client[client], self.delta_total)
             else:
                 eps_after = self.epsilon(recorded + by_client[client])

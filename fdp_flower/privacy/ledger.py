@@ -31,6 +31,7 @@ from fdp_flower.privacy.calibration import (
     composed_mu,
     pld_discretization,
 )
+from fdp_flower.privacy.distributed import TAIL_DELTA_FRACTION, SkellamSumRelease, composed_epsilon
 from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 Neighbouring = Literal["replace_one", "add_remove"]
@@ -152,6 +153,12 @@ class PrivacySummary:
     closed_form_name: str | None = None
 
     @property
+    def headline_eps(self) -> float:
+        """The eps a run reports: the PLD figure of Gaussian releases, the RDP figure when the releases
+        include a secure sum's Skellam shares (the only accountant of the Skellam)."""
+        return self.eps_rdp if self.eps_pld is None else self.eps_pld
+
+    @property
     def eps(self) -> float:
         """The tightest of the reported eps (all are valid upper bounds)."""
         candidates = [self.eps_zcdp, self.eps_rdp] + ([self.eps_pld] if self.eps_pld is not None else [])
@@ -162,7 +169,60 @@ def _multipliers(releases) -> list[float]:
     # The l2-sensitivity already encodes the neighbouring relation, so each
     # release is the sensitivity-1 Gaussian with multiplier sigma / Delta.
     # A release of sensitivity 0 costs nothing and is left out.
-    return [r.noise_multiplier for r in releases if r.sensitivity > 0]
+    return [r.noise_multiplier for r in releases if isinstance(r, GaussianRelease) and r.sensitivity > 0]
+
+
+def has_skellam(releases) -> bool:
+    """Whether some release is a secure sum's Skellam share (:class:`~fdp_flower.privacy.distributed.SkellamSumRelease`)."""
+    return any(isinstance(r, SkellamSumRelease) for r in releases)
+
+
+#: Ledger mechanism of FDP-ADMM's data term sent to a trusted aggregator, which adds the noise once.
+TRUSTED_AGGREGATOR_MECHANISM = "fdp_admm_trusted_aggregator"
+
+
+def trust_note(ledger) -> str | None:
+    """What the releases' trust mode means for the guarantee (docs/privacy.md, "Trust modes"), or None
+    for per-site noise."""
+    mechanisms = {r.mechanism for r in ledger.releases}
+    if TRUSTED_AGGREGATOR_MECHANISM in mechanisms:
+        return ("trust trusted_aggregator: the sites sent noise-free terms and the server added the noise once; "
+                "the guarantee holds for what the server releases, NOT against the server")
+    tolerated = {r.tolerated for r in ledger.releases if isinstance(r, SkellamSumRelease)}
+    if tolerated:
+        return (f"trust secure_aggregation: the server saw only sums of Skellam shares; the guarantee holds "
+                f"against the server and up to t = {max(tolerated)} dropped or colluding sites (RDP accountant)")
+    return None
+
+
+def skellam_aware_epsilon(releases, delta: float) -> float:
+    """eps at ``delta`` of one client's releases when some are Skellam shares of a secure sum
+    (docs/secure_aggregation.md, eq. (9.3)): the RDP curves of the Skellam releases and of the
+    Gaussian ones (alpha / (2 z^2)) are added and converted by dp_accounting at the mechanism's
+    delta (1 - 1e-6) delta -- the remaining 1e-6 delta covers a share refused for Flower's clip
+    (eq. (9.9)).  This is the headline eps of a secure-aggregation run (no PLD or zCDP figure
+    exists for the Skellam)."""
+    rel = list(releases)
+    skellam = [r for r in rel if isinstance(r, SkellamSumRelease)]
+    if not skellam:
+        return rdp_epsilon(rel, delta)
+    counts: dict[tuple[float, float, float], int] = {}
+    for r in skellam:
+        key = (r.l2_sensitivity, r.l1_sensitivity, r.variance)
+        counts[key] = counts.get(key, 0) + 1
+    # clients with the same releases (every client of a secure sum, every round) share one conversion
+    key = (tuple(sorted(counts.items())), tuple(sorted(_multipliers(rel))), float(delta))
+    eps = _SKELLAM_EPS.get(key)
+    if eps is None:
+        if len(_SKELLAM_EPS) > 4096:
+            _SKELLAM_EPS.clear()
+        eps = _SKELLAM_EPS[key] = composed_epsilon(skellam, delta * (1.0 - TAIL_DELTA_FRACTION),
+                                                   gaussian_multipliers=list(key[1]))
+    return eps
+
+
+#: skellam_aware_epsilon's conversions, by the releases' (l2, l1, V) counts, Gaussian multipliers and delta
+_SKELLAM_EPS: dict[tuple, float] = {}
 
 
 def _dp_event(releases) -> dp_accounting.DpEvent:
@@ -292,10 +352,10 @@ class PrivacyLedger:
         self._indexed = len(self.releases)
         return self._index
 
-    def record(self, release: GaussianRelease) -> None:
+    def record(self, release: GaussianRelease | SkellamSumRelease) -> None:
         """Append a release; call only after the noise was actually added."""
-        if not isinstance(release, GaussianRelease):
-            raise TypeError("the ledger records GaussianRelease events only")
+        if not isinstance(release, (GaussianRelease, SkellamSumRelease)):
+            raise TypeError("the ledger records GaussianRelease and SkellamSumRelease events only")
         self.releases.append(release)
 
     def record_many(self, releases) -> None:
@@ -334,7 +394,8 @@ class PrivacyLedger:
         out = []
         for c in self.clients:
             rel = self.of_client(c, up_to_round)
-            key = tuple((r.round, r.sensitivity, r.sigma, r.neighbouring, r.mechanism) for r in rel)
+            key = tuple(tuple(r.as_row().values())[1:] if isinstance(r, SkellamSumRelease)
+                        else (r.round, r.sensitivity, r.sigma, r.neighbouring, r.mechanism) for r in rel)
             if key not in cache:
                 cache[key] = summarize(rel, delta, client=c, with_pld=with_pld, closed_form=closed_form)
             out.append(replace(cache[key], client=c))
@@ -355,6 +416,15 @@ class PrivacyLedger:
         """
         rel = sorted(self.of_client(client), key=lambda r: r.round)
         rounds = sorted({r.round for r in rel}) if rounds is None else sorted(set(rounds))
+        if has_skellam(rel):  # RDP is the only accountant of the Skellam (eq. (9.3)): one figure per round
+            out = []
+            for t in rounds:
+                upto = [r for r in rel if r.round <= t]
+                eps = skellam_aware_epsilon(upto, delta) if upto else 0.0
+                out.append(PrivacySummary(client=client, round=t, releases=len(upto), delta=delta,
+                                          zcdp_rho=float(sum(r.zcdp_rho for r in upto)), eps_zcdp=eps, eps_rdp=eps,
+                                          eps_pld=None))
+            return out
         from dp_accounting import rdp
 
         rdp_acc = rdp.RdpAccountant()
@@ -391,12 +461,14 @@ class PrivacyLedger:
 
     def to_rows(self) -> list[dict]:
         """The events as plain dicts (for CSV/JSON)."""
-        return [dict(client=r.client, round=r.round, sensitivity=r.sensitivity, sigma=r.sigma,
+        return [r.as_row() if isinstance(r, SkellamSumRelease) else
+                dict(client=r.client, round=r.round, sensitivity=r.sensitivity, sigma=r.sigma,
                      neighbouring=r.neighbouring, mechanism=r.mechanism) for r in self.releases]
 
     @classmethod
     def from_rows(cls, rows) -> PrivacyLedger:
-        return cls([GaussianRelease(**row) for row in rows])
+        return cls([SkellamSumRelease.from_row(row) if row.get("mechanism") == SkellamSumRelease.mechanism
+                    else GaussianRelease(**row) for row in rows])
 
 
 def summarize(releases: Sequence[GaussianRelease], delta: float, *, client: int = -1,
@@ -407,6 +479,10 @@ def summarize(releases: Sequence[GaussianRelease], delta: float, *, client: int 
     rel = list(releases)
     rho = float(sum(r.zcdp_rho for r in rel))
     last_round = max((r.round for r in rel), default=0)
+    if has_skellam(rel):  # a secure sum's Skellam shares: the RDP figure is the only (and headline) eps
+        eps = skellam_aware_epsilon(rel, delta)
+        return PrivacySummary(client=client, round=last_round, releases=len(rel), delta=delta, zcdp_rho=rho,
+                              eps_zcdp=eps, eps_rdp=eps, eps_pld=None)
     cf = closed_form(rel, delta) if (closed_form is not None and rel) else None
     return PrivacySummary(
         client=client,

@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fdp_flower.privacy.distributed import SkellamSumRelease
 from fdp_flower.privacy.ledger import NEIGHBOURING_RELATIONS, GaussianRelease, pld_epsilon
 from fdp_flower.privacy.site_policy import (
     SitePolicy,
@@ -101,12 +102,18 @@ def line_hash(line: str) -> str:
 def release_fields(entry: SiteRelease) -> dict[str, object]:
     """The JSON fields of a release line."""
     r = entry.release
+    if isinstance(r, SkellamSumRelease):  # a secure sum's share: its accounting fields besides the common ones
+        return {"time": entry.time, "run": int(entry.run), "scenario": entry.scenario, **r.as_row(),
+                "noise": entry.noise_source}
     return {"time": entry.time, "run": int(entry.run), "scenario": entry.scenario, "client": r.client,
             "round": r.round, "mechanism": r.mechanism, "sensitivity": r.sensitivity, "sigma": r.sigma,
             "neighbouring": r.neighbouring, "noise": entry.noise_source}
 
 
 def _release_of(row: Mapping[str, object]) -> SiteRelease:
+    if row.get("mechanism") == SkellamSumRelease.mechanism:
+        return SiteRelease(int(row["run"]), SkellamSumRelease.from_row(row), str(row["noise"]),
+                           str(row.get("scenario", "")), str(row.get("time", "")))
     release = GaussianRelease(client=int(row["client"]), round=int(row["round"]),
                               sensitivity=float(row["sensitivity"]), sigma=float(row["sigma"]),
                               neighbouring=row["neighbouring"], mechanism=str(row["mechanism"]))
@@ -256,6 +263,8 @@ class LedgerHead:
 def composed_precision(releases: Sequence[SiteRelease]) -> dict[str, float | None]:
     """sum_t (Delta_t / sigma_t)^2 of ``releases`` under each relation (None if one cannot be converted)."""
     out: dict[str, float | None] = {}
+    if any(isinstance(r.release, SkellamSumRelease) for r in releases):  # no one Gaussian: the head cannot say
+        return {relation: None for relation in NEIGHBOURING_RELATIONS}
     for relation in NEIGHBOURING_RELATIONS:
         try:
             out[relation] = math.fsum((r.release.under(relation).sensitivity / r.release.sigma) ** 2

@@ -29,6 +29,12 @@ key                       default              meaning
                                                Gaussian noise of this sigma, charged to the ledger
                                                (:func:`clipped_rows_release`); without it the count
                                                never leaves the site, whatever the run config asks
+``accept-trust``          ``"site"``           the trust modes (``privacy.trust``) the site takes part
+                                               in, comma-separated: ``site``, ``secure_aggregation``,
+                                               ``trusted_aggregator`` (docs/privacy.md, "Trust modes")
+``collusion-threshold``   0                    secure_aggregation: the least t (``privacy.tolerated``)
+                                               the site accepts -- the number of other sites it
+                                               assumes may drop out or collude with the server
 ========================  ===================  ======================================================
 """
 from __future__ import annotations
@@ -45,7 +51,8 @@ import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
 from fdp_flower.config.base import ScenarioError, _Frozen, validate_mapping
-from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon
+from fdp_flower.privacy.distributed import SkellamSumRelease
+from fdp_flower.privacy.ledger import GaussianRelease, pld_epsilon, skellam_aware_epsilon
 from fdp_flower.privacy.mechanisms import release_rng
 
 #: SeedSequence spawn-key tag of noise derived from a site's secret (the run seed's noise uses
@@ -67,7 +74,10 @@ LEDGER_FILE_NAME = "site-ledger.jsonl"
 MIN_SECRET_BYTES = 16
 
 SITE_KEYS = ("max-eps", "max-delta", "neighbouring", "allow-nonprivate", "allow-seeded-noise",
-             "noise-secret-file", "ledger-dir", "ledger-head-dir", "clipped-rows-sigma")
+             "noise-secret-file", "ledger-dir", "ledger-head-dir", "clipped-rows-sigma", "accept-trust",
+             "collusion-threshold")
+#: ``privacy.trust`` values a site may accept (``accept-trust``).
+TRUST_MODES = ("site", "secure_aggregation", "trusted_aggregator")
 #: Node config keys that are not the policy's but are known: Flower's simulation sets the first two
 #: (a deployment's node config names them itself), the ClientApp reads ``data-path``.
 FLOWER_NODE_KEYS = ("partition-id", "num-partitions")
@@ -125,6 +135,24 @@ class SitePolicy(_Frozen):
     clipped_rows_sigma: float | None = Field(None, alias="clipped-rows-sigma", gt=0, allow_inf_nan=False,
                                              description="release the count of clipped rows with Gaussian noise of "
                                                          "this sigma, charged (default: never release it)")
+
+    accept_trust: str = Field("site", alias="accept-trust", min_length=1, max_length=200,
+                              description="comma-separated trust modes the site takes part in (default: site only)")
+    collusion_threshold: int = Field(0, alias="collusion-threshold", ge=0, le=100_000,
+                                     description="secure_aggregation: the least privacy.tolerated the site accepts")
+
+    @property
+    def accepted_trust(self) -> tuple[str, ...]:
+        """The trust modes of ``accept-trust``."""
+        return tuple(m.strip() for m in self.accept_trust.split(",") if m.strip())
+
+    @model_validator(mode="after")
+    def _known_trust(self):
+        unknown = [m for m in self.accepted_trust if m not in TRUST_MODES]
+        if unknown or not self.accepted_trust:
+            raise ValueError(f"accept-trust: {', '.join(unknown) or '(empty)'} is not a trust mode; "
+                             f"choose among {', '.join(TRUST_MODES)}")
+        return self
 
     @model_validator(mode="after")
     def _one_noise_choice(self):
@@ -307,7 +335,7 @@ class SiteRelease:
     """
 
     run: int
-    release: GaussianRelease
+    release: GaussianRelease | SkellamSumRelease
     noise_source: str
     scenario: str = ""  # digest of the run's scenario (tells a resumed run from a new one)
     time: str = ""
@@ -347,6 +375,13 @@ def site_epsilon(releases: Sequence[SiteRelease], policy: SitePolicy) -> float:
     are equal, slightly tighter otherwise (less accumulated discretization, ~5e-7 relative at 40
     distinct multipliers), and one evaluation per check however long the site's ledger grows.
     """
+    if any(isinstance(r.release, SkellamSumRelease) for r in releases):
+        # secure-sum shares (eq. (9.3)): their RDP curve with the Gaussian releases', the only accountant of the
+        # Skellam; their sensitivity bound is stated for replaced records
+        if policy.neighbouring != "replace_one":
+            raise SiteRefusal("site ledger: secure-sum (Skellam) shares are accounted under replace-one neighbours "
+                              f"only; this site's neighbouring is {policy.neighbouring}")
+        return skellam_aware_epsilon([r.release for r in releases], policy.max_delta)
     try:
         converted = [r.release.under(policy.neighbouring) for r in releases]
     except ValueError as exc:
@@ -388,6 +423,18 @@ def check_release(history: Sequence[SiteRelease], planned: SiteRelease, policy: 
     return eps_after
 
 
+def check_trust(policy: SitePolicy, trust: str, tolerated: int = 0) -> None:
+    """Refuse (:class:`SiteRefusal`) a run whose ``privacy.trust`` the site does not accept, or a secure
+    aggregation that tolerates fewer than the site's ``collusion-threshold`` missing or colluding sites
+    (its noise share would assume more honest sites than the site does)."""
+    if trust not in policy.accepted_trust:
+        raise SiteRefusal(f"site refuses privacy.trust {trust!r}: its node config accepts "
+                          f"{', '.join(policy.accepted_trust)} (accept-trust)")
+    if trust == "secure_aggregation" and int(tolerated) < policy.collusion_threshold:
+        raise SiteRefusal(f"site refuses secure aggregation with privacy.tolerated = {tolerated}: its "
+                          f"collusion-threshold is {policy.collusion_threshold}")
+
+
 def check_private(private: bool, policy: SitePolicy, what: str) -> None:
     """Refuse a release without noise (``private`` false) unless the site allows it."""
     if not private and not policy.allow_nonprivate:
@@ -397,6 +444,6 @@ def check_private(private: bool, policy: SitePolicy, what: str) -> None:
 
 __all__ = ["CLIPPED_ROWS_MECHANISM", "CLIPPED_ROWS_STREAM", "KNOWN_NODE_KEYS", "NOISE_SOURCES", "SITE_KEYS",
            "SiteNoise", "SitePolicy", "SitePolicyError", "SiteRefusal", "SiteRelease", "SiteTotals",
-           "check_node_config_keys", "check_private", "check_release", "clipped_rows_event", "clipped_rows_release",
+           "check_node_config_keys", "check_private", "check_release", "check_trust", "clipped_rows_event", "clipped_rows_release",
            "flower_home", "nearest_node_key", "read_noise_secret", "secret_release_rng", "site_epsilon",
            "site_totals"]

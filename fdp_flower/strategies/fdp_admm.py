@@ -73,6 +73,9 @@ class FDPADMMStrategy(ProtocolStrategy):
             raise ValueError("partition_sizes: the server needs every client's m_i (simulation: the data "
                              "source's; node-local data: the setup phase's)")
         noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
+        if scenario.privacy.enabled and scenario.privacy.trust == "trusted_aggregator":
+            raise ValueError("privacy.trust 'trusted_aggregator' runs on the in-process engine only so far "
+                             "(the Flower strategy routes 'site' and 'secure_aggregation')")
         p = scenario.privacy
         total_budget = (p.eps, p.delta) if p.enabled and p.mode == "total" else None  # guarded before each round
         server = FDPADMMServer(scenario, basis, partition_sizes, evaluator=evaluate_state, total_budget=total_budget,
@@ -86,6 +89,9 @@ class FDPADMMStrategy(ProtocolStrategy):
         self.evaluate_state = evaluate_state
         self.log_every = scenario.output.log_every
         self._journal: Path | None = None
+        #: the ServerApp's context (secure_aggregation: SecAgg+ runs inside it; set by the runner)
+        self.server_context: Context | None = None
+        self._secure_round: tuple | None = None  # (result or None, node -> clients, refusal reason)
 
     @property
     def state(self) -> FDPADMMState:
@@ -122,6 +128,99 @@ class FDPADMMStrategy(ProtocolStrategy):
 
     def round_arrays(self) -> ArrayRecord:
         return pack_arrays(global_w=self.state.global_w)
+
+    # ------------------------------------------------------------------ secure aggregation (SecAgg+)
+    def configure_train(self, server_round, arrays, config, grid):
+        if self.server.trust != "secure_aggregation":
+            return super().configure_train(server_round, arrays, config, grid)
+        self._run_secure_sum(server_round + self.round_offset, grid)
+        return []  # the round's messages were SecAgg+'s own (secure_integer_sum)
+
+    def aggregate_train(self, server_round, replies):
+        if self.server.trust != "secure_aggregation":
+            return super().aggregate_train(server_round, replies)
+        return self._close_secure_round(server_round + self.round_offset)
+
+    def secure_assignment(self, node_ids: list[int]) -> dict[int, list[int]]:
+        """node -> the clients whose shares it sums before masking: simulated data spread round-robin over
+        the connected nodes (named in the public config); node-local data, each node its own client (from
+        the setup phase)."""
+        if self.hosts_many_clients:
+            if not node_ids:
+                raise FederationError("no nodes connected")
+            hosted: dict[int, list[int]] = {}
+            for c in range(self.num_clients):
+                hosted.setdefault(node_ids[c % len(node_ids)], []).append(c)
+            return hosted
+        live = set(node_ids)
+        return {node: [c] for c, node in sorted(self.node_of_client.items()) if node in live}
+
+    def _run_secure_sum(self, server_round: int, grid) -> None:
+        """One FDP-ADMM round through Flower's SecAgg+ (:func:`fdp_flower.strategies.secure_sum.secure_integer_sum`):
+        every node receives the same public FitIns -- the point, the basis, which clients it hosts -- and
+        answers with the sum of its clients' integer shares, masked; the server learns only the total."""
+        import time
+
+        from fdp_flower.clients.fdp_admm_secure import secure_round_config, secure_tolerance
+        from fdp_flower.strategies.secure_sum import SecureSumRefused, secure_integer_sum
+
+        if self.server.finished:
+            raise RunConverged(self.server.stop_reason)
+        if self.server_context is None:
+            raise FederationError("secure aggregation needs the ServerApp's context (FDPADMMStrategy.server_context)")
+        self._round_started = time.monotonic()
+        hosted = self.secure_assignment(sorted(grid.get_node_ids()))
+        plan = self.server.begin_round(sorted(c for clients in hosted.values() for c in clients))
+        if plan is None:
+            raise FederationError(self.server.stop_reason or "the run is over")
+        if plan.round != server_round:
+            raise FederationError(f"Flower's round {server_round} is the protocol's round {plan.round}")
+        secure = self.server.calibration.secure
+        min_nodes = secure_tolerance(hosted, secure.tolerated)
+        arrays, config = secure_round_config(plan.round, plan.requests[0].public["point"], self.broadcast.arrays,
+                                             self.broadcast.digest, hosted, self.server.calibration.min_records)
+        try:
+            result = secure_integer_sum(grid, self.server_context, node_ids=sorted(hosted), server_round=plan.round,
+                                        public_arrays=arrays, public_config=config, flower_grid=secure.grid,
+                                        min_contributors=min_nodes, timeout=self.scenario.faults.reply_timeout)
+        except SecureSumRefused as exc:
+            self._secure_round = (None, hosted, " ".join(str(exc).split()))
+        else:
+            self._secure_round = (result, hosted, None)
+
+    def _close_secure_round(self, server_round: int):
+        import time
+
+        from fdp_flower.algorithms.faults import MAY_HAVE_RELEASED, NOT_RELEASED
+        from fdp_flower.algorithms.protocol import RunStopped
+
+        result, hosted, refused = self._secure_round
+        self._secure_round = None
+        if result is not None:
+            self.server.accept_secure_sum(result.total, [c for n in result.contributors for c in hosted[n]])
+            for node in result.dropped:  # its masked vector may have been sent: charged
+                for c in hosted[node]:
+                    self.server.fail(c, f"node {node}: no masked vector in the secure sum", MAY_HAVE_RELEASED)
+        else:
+            for clients in hosted.values():
+                for c in clients:
+                    self.server.fail(c, refused, MAY_HAVE_RELEASED)
+        asked = {c for clients in hosted.values() for c in clients}
+        for c in range(self.num_clients):
+            if c not in asked:
+                self.server.fail(c, "node not connected", NOT_RELEASED)
+        try:
+            self.server.end_round()
+        except RunStopped as exc:
+            reason = refused or exc.reason.removeprefix("stopped: ")
+            self.server.stop_reason = f"stopped: {reason}"
+            raise FederationError(reason) from None
+        if refused is not None:  # unreachable: end_round refuses a round without shares
+            raise FederationError(refused)
+        log(INFO, "fdp-flower: round %d/%d done in %.3fs by secure aggregation (SecAgg+ %.3fs; %d of %d nodes' "
+            "shares)", server_round, self.server.rounds_planned, time.monotonic() - self._round_started,
+            result.seconds, len(result.contributors), len(hosted))
+        return self.round_arrays(), None
 
     def initial_metrics(self) -> dict | None:
         return None if self.evaluate_state is None else self.evaluate_state(self.state)
@@ -186,6 +285,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
 
     strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator, partition_sizes=sizes,
                                on_round=checkpoint, hosts_many_clients=setup is None)
+    strategy.server_context = context
     if setup is not None:  # the setup phase's releases (noise added on the clients), routing, site totals
         strategy.ledger.record_many(setup.releases)
         strategy.node_of_client.update(setup.node_of_client)
@@ -236,7 +336,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
     privacy = summary["privacy"]
     if scenario.privacy.enabled and privacy.get("private"):
         log(INFO, "fdp-flower: %s (RDP %.4f, zCDP %.4f; rho = %.5f)", privacy_headline(privacy),
-            privacy["eps_rdp"], privacy["eps_zcdp"], privacy["zcdp_rho"])
+            privacy["eps_rdp"], privacy["eps_zcdp"] if privacy["eps_zcdp"] is not None else float("nan"),
+            privacy["zcdp_rho"])
     elif not scenario.privacy.enabled:
         log(INFO, "fdp-flower: privacy off (F-ADMM): no DP guarantee")
     for site in privacy.get("sites", []):

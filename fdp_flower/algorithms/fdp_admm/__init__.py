@@ -10,7 +10,7 @@ FAMILY = Family(
     name="fdp_admm",
     kinds=("fdp_admm",),
     schema="fdp_flower.algorithms.fdp_admm.config:Scenario",
-    run_config={"num-server-rounds": "algorithm.rounds", "eps": "privacy.eps", "delta": "privacy.delta",
+    run_config={"num-server-rounds": "algorithm.rounds", "eps": "privacy.eps", "delta": "privacy.delta", "trust": "privacy.trust",
                 "tau": "model.loss.tau", "lam": "model.penalty.lam", "seed": "seed",
                 "num-clients": "federation.num_clients"},
     run_inprocess="fdp_flower.cli.run:run_fdp_admm_inprocess",

@@ -239,6 +239,19 @@ class Scenario(_Frozen):
             if self.algorithm.stopping.kind != "cap":
                 raise ValueError("algorithm.stopping 'residuals' needs privacy off: with privacy on the noise keeps the "
                                  "residuals from vanishing and the budget is calibrated for all rounds (use kind 'cap')")
+        trust = self.privacy.trust
+        if trust != "site" and getattr(self.algorithm, "kind", None) != "fdp_admm":
+            raise ValueError(f"privacy.trust {trust!r} is implemented for algorithm kind 'fdp_admm' only")
+        if trust == "secure_aggregation":
+            if self.federation.num_clients < 2:
+                raise ValueError("privacy.trust 'secure_aggregation' needs federation.num_clients >= 2")
+            if self.privacy.tolerated >= self.federation.num_clients:
+                raise ValueError(f"privacy.tolerated ({self.privacy.tolerated}) must be below federation.num_clients "
+                                 f"({self.federation.num_clients}): at least one honest share must reach the sum")
+            if getattr(self.basis, "kind", None) == "federated_dp" and getattr(self.basis, "private", False):
+                raise ValueError("privacy.trust 'secure_aggregation' with a private federated_dp basis is not "
+                                 "supported yet (its Gaussian releases are not in the Skellam plan); use a fixed, "
+                                 "provided or pooled basis")
         if isinstance(self.data, PaperSimulation) and self.data.n_samples < self.federation.num_clients:
             raise ValueError(
                 f"federation.num_clients ({self.federation.num_clients}) exceeds data.n_samples "

@@ -6,8 +6,8 @@ on an update rule or a calibration.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -234,14 +234,52 @@ def noise_plan(scenario: Scenario, basis: FunctionalBasis) -> NoisePlan:
     return NoisePlan(scenario, model_dim(scenario, basis), lam1)
 
 
-def site_plan(scenario: Scenario, basis: FunctionalBasis):
+def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None):
     """The :class:`~fdp_flower.algorithms.fdp_admm.site.SitePlan` of a run on ``basis``: the loss, G on
-    the clipped rows (in the noise metric), the noise shape and every round's noise multiplier z_l."""
+    the clipped rows (in the noise metric), the noise shape and every round's noise multiplier z_l;
+    with ``privacy.trust`` other than site, also the trust mode, min_i m_i of the public ``sizes`` and
+    (secure_aggregation) the secure-sum plan (:func:`secure_sum_plan`)."""
     from fdp_flower.algorithms.fdp_admm.site import SitePlan
 
     plan = noise_plan(scenario, basis)
-    return SitePlan(loss=build_objective(scenario).loss, gradient_bound=plan.gradient_bound,
+    site = SitePlan(loss=build_objective(scenario).loss, gradient_bound=plan.gradient_bound,
                     scales=noise_scales(scenario, basis), noise_multipliers=plan.noise_multipliers, dim=plan.dim)
+    trust = aggregation_trust(scenario)
+    if trust == "site":
+        return site
+    if sizes is None:
+        raise ValueError(f"privacy.trust {trust!r} needs the public client sizes m_i to plan the aggregate")
+    m_min = int(np.min(np.asarray(sizes)))
+    return replace(site, trust=trust, min_records=m_min,
+                   secure=secure_sum_plan(scenario, plan.dim, plan.gradient_bound, m_min)
+                   if trust == "secure_aggregation" else None)
+
+
+def aggregation_trust(scenario: Scenario) -> str:
+    """``privacy.trust`` of a private run, "site" for a run without privacy (nothing to aggregate privately)."""
+    p = scenario.privacy
+    return p.trust if p.enabled else "site"
+
+
+def secure_sum_plan(scenario: Scenario, dim: int, gradient_bound: float, min_records: int):
+    """The run's :class:`~fdp_flower.privacy.distributed.SecureSumPlan` (docs/algorithms.md, eq. (1.3s)):
+    the whitened mean descent term x_i of a client of m_i >= min_records rows is a sum of at most
+    min_records vectors of norm <= G / min_records in the plan's units (||x_i|| <= G, replacing a row
+    moves it by <= 2 G / m_i <= 2 G / min_records), M = num_clients shares, t = ``privacy.tolerated``,
+    one release per round, (eps, delta) the whole run's."""
+    p, m = scenario.privacy, int(min_records)
+    return _secure_sum_plan(float(p.eps), float(p.delta), int(scenario.algorithm.rounds),
+                            int(scenario.federation.num_clients), int(p.tolerated), int(dim),
+                            float(gradient_bound) / m, m)
+
+
+@lru_cache(maxsize=32)
+def _secure_sum_plan(eps, delta, rounds, sites, tolerated, dim, record_bound, min_records):
+    from fdp_flower.privacy.distributed import plan_secure_sum
+
+    return plan_secure_sum(eps=eps, delta=delta, rounds=rounds, sites=sites, tolerated=tolerated, dim=dim,
+                           record_bound=record_bound, max_site_records=min_records,
+                           total_records=sites * min_records)
 
 
 def tail_start(scenario: Scenario) -> int:
@@ -274,5 +312,13 @@ def privacy_columns(ledger, delta: float) -> dict[str, float]:
     summary = ledger.worst_case(delta, with_pld=False)
     if summary is None:
         return {"eps_pld": 0.0, "zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
+    if _skellam(ledger):
+        return {"eps_rdp": summary.eps_rdp}  # secure aggregation: the Skellam's RDP figure is the only one
     return {"eps_pld": epsilon_of_rho(summary.zcdp_rho, delta), "zcdp_rho": summary.zcdp_rho,
             "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}
+
+
+def _skellam(ledger) -> bool:
+    from fdp_flower.privacy.ledger import has_skellam
+
+    return has_skellam(ledger.releases)

@@ -26,6 +26,7 @@ import numpy as np
 from fdp_flower.algorithms.faults import advance_with_failures
 from fdp_flower.algorithms.fdp_admm.convergence import server_after_round, stop_reason
 from fdp_flower.algorithms.fdp_admm.plan import (
+    aggregation_trust,
     build_objective,
     initial_state,
     model_dim,
@@ -45,8 +46,22 @@ from fdp_flower.algorithms.protocol import (
     SiteRequest,
 )
 from fdp_flower.privacy import BudgetExhausted, BudgetGuard
+from fdp_flower.privacy.distributed import SkellamSumRelease
 
 log = logging.getLogger(__name__)
+
+#: SeedSequence spawn-key tag of the trusted aggregator's noise (sites' release noise uses 1, data 2,
+#: site secrets 3, a site's further releases 4).
+TRUSTED_AGGREGATOR_STREAM = 5
+
+
+def trusted_aggregator_rng(scenario, round_: int) -> np.random.Generator:
+    """The generator of the trusted aggregator's one noise draw of ``round_``: from the run seed when
+    ``privacy.noise_source`` is seeded (reproducible), else from the operating system's entropy."""
+    if scenario.privacy.noise_source != "seeded":
+        return np.random.default_rng()
+    return np.random.default_rng(np.random.SeedSequence(int(scenario.seed),
+                                                        spawn_key=(TRUSTED_AGGREGATOR_STREAM, int(round_))))
 
 
 def _close(reported: float, planned: float) -> bool:
@@ -116,11 +131,13 @@ class FDPADMMServer(ServerProtocol):
         self.objective = build_objective(scenario)
         self.dim = model_dim(scenario, basis)
         self.steps = noise_plan(scenario, basis)
-        self.calibration = site_plan(scenario, basis)
+        self.trust = aggregation_trust(scenario)
+        self.calibration = site_plan(scenario, basis, self.sizes)
         self.state = initial_state(scenario, self.dim)
         self.evaluator = evaluator
         self.guard = None if total_budget is None else BudgetGuard(self.ledger, *total_budget)
         self.journal = journal
+        self._secure_total: np.ndarray | None = None  # the open round's sum from Flower's SecAgg+
 
     @property
     def round(self) -> int:
@@ -143,11 +160,16 @@ class FDPADMMServer(ServerProtocol):
     def planned_release(self, round_: int, client: int, m: float | None = None):
         """The ledger event of ``client``'s release in ``round_`` (None when privacy is off)."""
         m = self.sizes[client] if m is None else m
+        if self.trust == "secure_aggregation":
+            return SkellamSumRelease.of_plan(self.calibration.secure, client=int(client), round=int(round_))
+        if self.trust == "trusted_aggregator":
+            return self.calibration.trusted_release(client, round_, m)
         sensitivity, sigma = self.calibration.calibration(round_, m)
         return None if sigma is None else term_release(client, round_, float(sensitivity), float(sigma))
 
     # ------------------------------------------------------------------ the state machine
     def _plan(self, clients=None) -> RoundPlan | None:
+        self._secure_total = None
         round_ = self.state.round + 1
         if round_ > self.scenario.algorithm.rounds:
             return None
@@ -164,6 +186,9 @@ class FDPADMMServer(ServerProtocol):
         return RoundPlan(round_, requests, planned)
 
     def _check(self, release: SiteRelease) -> None:
+        if self.trust != "site":
+            self._check_aggregated(release)
+            return
         client, round_ = int(release.client), self.current_plan.round
         value = np.asarray(release.value, dtype=float) if isinstance(release.value, np.ndarray) else None
         if value is None or value.shape != (self.dim,):
@@ -201,7 +226,109 @@ class FDPADMMServer(ServerProtocol):
                                   global_w=self.state.global_w, dual=self.state.duals[client],
                                   descent=descent, eta=eta, rho=round_rho(self.scenario, self.state))
 
+    # ------------------------------------------------------------------ aggregated trust modes
+    def _check_aggregated(self, release: SiteRelease) -> None:
+        """A release into an aggregate: an integer share of the planned grid (secure_aggregation) or a finite
+        term (trusted_aggregator) of shape (K,), with the planned event and the public m_i."""
+        client = int(release.client)
+        value = release.value if isinstance(release.value, np.ndarray) else None
+        if value is None or value.shape != (self.dim,):
+            raise ReleaseRejected(f"client {client}: release has shape {np.shape(release.value)}, "
+                                  f"expected ({self.dim},)")
+        if int(release.num_examples) != int(self.sizes[client]):
+            raise ReleaseRejected(f"client {client}: reports m_i = {int(release.num_examples)}, the run's plan has "
+                                  f"{int(self.sizes[client])}")
+        if release.event != self.planned_release(self.current_plan.round, client):
+            raise ReleaseRejected(f"client {client}: release without the run's {self.trust} calibration")
+        if self.trust == "secure_aggregation":
+            if value.dtype.kind not in "iu":
+                raise ReleaseRejected(f"client {client}: a secure-sum share must be integer, got {value.dtype}")
+        elif not np.all(np.isfinite(value)):
+            raise ReleaseRejected(f"client {client}: release contains NaN or infinite values")
+
+    def aggregate_descent(self, round_: int, accepted: dict[int, SiteRelease]) -> np.ndarray:
+        """The round's shared descent term D from the accepted releases (docs/algorithms.md, eqs. (1.3s),
+        (1.3t)): the whitened terms' sum over the A contributing clients, decoded or noised, divided by A and
+        mapped back by the noise shape S.
+
+        secure_aggregation: D = S (sum_i v_i) / (gamma A), the integer sum of the shares -- the only value of
+        the shares this method reads (:meth:`descent_from_sum` takes the sum from Flower's SecAgg+); a round
+        with fewer than M - t shares is refused (:class:`RunStopped`: the noise would be short, eq. (9.4)).
+        trusted_aggregator: D = S (sum_i x_i + sigma_l N(0, I)) / A, the server's one noise draw."""
+        contributors = sorted(accepted)
+        if self.trust == "secure_aggregation":
+            if self._secure_total is not None:  # the sum Flower's SecAgg+ unmasked (accept_secure_sum)
+                total, self._secure_total = self._secure_total, None
+                return self.descent_from_sum(round_, total, contributors)
+            total = np.zeros(self.dim, dtype=np.int64)
+            for i in contributors:
+                total = total + np.asarray(accepted[i].value, dtype=np.int64)
+            return self.descent_from_sum(round_, total, contributors)
+        total = np.sum([np.asarray(accepted[i].value, dtype=float) for i in contributors], axis=0)
+        sigma = self.calibration.trusted_release(0, round_, self.sizes[0]).sigma
+        noisy = total + sigma * trusted_aggregator_rng(self.scenario, round_).standard_normal(self.dim)
+        return self._unwhiten(noisy / len(contributors))
+
+    def accept_secure_sum(self, total: np.ndarray, contributors) -> None:
+        """Accept the open round's secure sum as Flower's SecAgg+ returned it: the integer sum of the shares
+        of ``contributors`` (the clients whose nodes' masked vectors were unmasked), each with its planned
+        ledger event (the site added its share's noise before masking); :meth:`end_round` decodes it
+        (:meth:`descent_from_sum`).  The individual shares never reach the server."""
+        plan = self.current_plan
+        if self.trust != "secure_aggregation":
+            raise RuntimeError("accept_secure_sum: the run's privacy.trust is not secure_aggregation")
+        total = np.asarray(total)
+        if total.shape != (self.dim,) or total.dtype.kind not in "iu":
+            raise ReleaseRejected(f"the secure sum must be an integer vector of shape ({self.dim},)")
+        for client in sorted(int(c) for c in contributors):
+            if not 0 <= client < self.num_clients or client in self._accepted:
+                raise ReleaseRejected(f"bad or duplicate contributor {client}")
+            self._accepted[client] = SiteRelease(client, plan.round, None, int(self.sizes[client]),
+                                                 self.planned_release(plan.round, client), {})
+            self._failed.pop(client, None)
+        self._secure_total = total.astype(np.int64)
+
+    def descent_from_sum(self, round_: int, total: np.ndarray, contributors) -> np.ndarray:
+        """D = S (sum_i v_i) / (gamma A) from the integer sum of A >= M - t secure-sum shares (eq. (1.3s));
+        fewer shares refuse the round (:class:`RunStopped`), before anything is decoded."""
+        secure = self.calibration.secure
+        needed = secure.sites - secure.tolerated
+        if len(contributors) < needed:
+            raise RunStopped(f"stopped: secure sum of round {round_} refused: {len(contributors)} of {secure.sites} "
+                             f"shares arrived, the guarantee needs M - t = {needed} (privacy.tolerated = "
+                             f"{secure.tolerated})")
+        total = np.asarray(total)
+        if total.shape != (self.dim,) or total.dtype.kind not in "iu":
+            raise ValueError(f"the secure sum must be an integer vector of shape ({self.dim},)")
+        return self._unwhiten(total.astype(float) / (secure.scale * len(contributors)))
+
+    def _unwhiten(self, whitened: np.ndarray) -> np.ndarray:
+        scales = self.calibration.scales
+        return whitened if scales is None else whitened * scales
+
+    def _close_aggregated(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:
+        """The server step of an aggregated trust mode: every client takes the shared descent term D and
+        the shared step eta^l = min_i eta_i^l, so every client's primal, dual and next point stay equal
+        (the consensus collapses to the centralized step w^l = w^{l-1} + (D - (lam/M) P'(w^{l-1})) /
+        (rho + 1/eta); docs/algorithms.md, section 1, "Trust modes")."""
+        round_ = plan.round
+        replied = np.array([i in accepted for i in range(self.num_clients)])
+        self.check_quorum(replied, round_)
+        shared = self.aggregate_descent(round_, accepted)
+        descent = np.broadcast_to(shared, (self.num_clients, self.dim))
+        eta = np.full(self.num_clients, float(np.min(self.steps.step_size(round_, self.sizes))))
+        self.state, control = server_round(self.scenario, self.objective, self.state, descent, eta=eta[:, None],
+                                           rho=round_rho(self.scenario, self.state))
+        row = {"round": round_, "eta_mean": float(np.mean(eta)), **control.row()}
+        if self.evaluator is not None:
+            row.update(self.evaluator(self.state))
+        row.update(privacy_columns(self.ledger, self.scenario.privacy.delta))
+        row["failed_clients"] = int(self.num_clients - replied.sum())
+        return row
+
     def _close(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:
+        if self.trust != "site":
+            return self._close_aggregated(plan, accepted)
         round_ = plan.round
         replied = np.array([i in accepted for i in range(self.num_clients)])
         self.check_quorum(replied, round_)

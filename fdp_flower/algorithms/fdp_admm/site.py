@@ -28,7 +28,8 @@ import numpy as np
 from fdp_flower.algorithms.protocol import NoiseSource, SiteRelease, SiteRequest, check_public
 from fdp_flower.core.clipping import clip_rows, clip_rows_ellipsoid, intercept_design
 from fdp_flower.core.losses import QuantileLoss
-from fdp_flower.privacy.ledger import GaussianRelease
+from fdp_flower.privacy.distributed import SecureSumPlan, SkellamSumRelease, site_share
+from fdp_flower.privacy.ledger import TRUSTED_AGGREGATOR_MECHANISM, GaussianRelease
 
 #: The ledger mechanism of FDP-ADMM's release: the noisy descent term (1.3), 2G/m_i.
 MECHANISM = "fdp_admm_subgradient"
@@ -186,10 +187,29 @@ class SitePlan:
     scales: np.ndarray | None
     noise_multipliers: np.ndarray | None
     dim: int
+    #: ``privacy.trust``: "site" (the site noises its term, eq. (1.3)), "secure_aggregation" (an integer
+    #: share of a secure sum, eqs. (1.3s)) or "trusted_aggregator" (the noise-free term, eq. (1.3t))
+    trust: str = "site"
+    #: the run's secure-sum plan (secure_aggregation only): scale gamma, Skellam share, accounting
+    secure: SecureSumPlan | None = None
+    #: min_i m_i (public): the aggregated modes' sensitivity 2 G / min_i m_i
+    min_records: int | None = None
 
     @property
     def private(self) -> bool:
         return self.noise_multipliers is not None
+
+    def trusted_release(self, client: int, round_: int, m: float) -> GaussianRelease:
+        """The ledger event of a term sent to a trusted aggregator (eq. (1.3t)): the server adds
+        N(0, (z_l 2 G / min_i m_i)^2 S^2) once to the SUM of the whitened terms, whose sensitivity to one
+        record of client ``client`` is 2 G / m_i."""
+        sensitivity = 2.0 * self.gradient_bound / float(m)
+        sigma = float(self.noise_multipliers[round_ - 1]) * 2.0 * self.gradient_bound / float(self.min_records)
+        return GaussianRelease(int(client), int(round_), sensitivity, sigma, mechanism=TRUSTED_AGGREGATOR_MECHANISM)
+
+    def whiten(self, terms: np.ndarray) -> np.ndarray:
+        """Terms in the noise metric, x / S (the secure sum and the trusted aggregator's noise live there)."""
+        return terms if self.scales is None else terms / self.scales
 
     def calibration(self, round_: int, m) -> tuple[np.ndarray, np.ndarray | None]:
         """(Delta_i, sigma_i) of round ``round_`` for clients of sizes ``m``: Delta_i = 2 G / m_i and
@@ -283,6 +303,10 @@ def answer(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, nois
     own = data if [i for _, i in rows] == list(range(len(data.clients))) else data.subset([i for _, i in rows])
     round_ = requests[rows[0][0]].round
     terms = -mean_loss_terms(plan.loss, own, np.stack(points))
+    if plan.private and plan.trust != "site":
+        for i, (j, _) in enumerate(rows):
+            out[j] = _aggregated_release(own.clients[i], round_, plan.whiten(terms[i]), own.counts[i], plan, noise)
+        return out  # type: ignore[return-value]
     refusals = _add_noise(terms, own, round_, [plan], noise)
     sensitivity, sigma = plan.calibration(round_, own.counts)
     for i, (j, _) in enumerate(rows):
@@ -294,3 +318,35 @@ def answer(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, nois
         metrics = {"sensitivity": float(sensitivity[i]), "sigma": 0.0 if sigma is None else float(sigma[i])}
         out[j] = SiteRelease(client, round_, terms[i], int(own.counts[i]), event, metrics)
     return out  # type: ignore[return-value]
+
+
+def _aggregated_release(client: int, round_: int, whitened: np.ndarray, m: float, plan: SitePlan,
+                        noise: NoiseSource) -> SiteRelease | Exception:
+    """One client's release into an aggregate (docs/privacy.md, "Trust modes"; docs/algorithms.md):
+
+    - ``secure_aggregation``: the integer share v_i = R(gamma x_i) + Sk(V / (M - t)) of the whitened
+      descent term x_i = -g_i(w) / S (eq. (1.3s); :func:`fdp_flower.privacy.distributed.site_share`, whose
+      records are the plan's min_i m_i units of G / min_i m_i: ||x_i - x_i'|| <= 2 G / m_i <= 2 G / min m);
+      only the sum of the shares is ever decoded, by the server (:class:`~fdp_flower.algorithms.fdp_admm.protocol.FDPADMMServer`);
+    - ``trusted_aggregator``: x_i itself, noise-free (eq. (1.3t)); the ledger event is the noise the server
+      adds once to the sum (:meth:`SitePlan.trusted_release`).
+
+    A refusal (the site's noise source or policy, or a share beyond Flower's clip) is returned in place
+    of the release; nothing of that client is sent.  No metrics travel with it (they would pass a secure
+    sum unmasked)."""
+    if int(m) < int(plan.min_records):  # its sensitivity 2 G / m_i would exceed the plan's 2 G / min_i m_i
+        return ValueError(f"client {client} has m_i = {int(m)} rows, below the plan's min_i m_i = {plan.min_records}")
+    if plan.trust == "secure_aggregation":
+        event = SkellamSumRelease.of_plan(plan.secure, client=int(client), round=int(round_))
+        try:
+            rng = noise([event])
+            share = site_share(whitened, plan.secure, rng, records=int(plan.min_records))
+        except Exception as exc:  # ShareRefused, or the site's refusal: this client releases nothing
+            return exc
+        return SiteRelease(int(client), int(round_), share, int(m), event, {})
+    event = plan.trusted_release(client, round_, m)
+    try:
+        noise([event])  # the site's ledger records what it hands to the aggregator (nothing is drawn here)
+    except Exception as exc:
+        return exc
+    return SiteRelease(int(client), int(round_), np.array(whitened, dtype=float), int(m), event, {})

@@ -461,6 +461,9 @@ class P2PScenario(_Frozen):
         if not MIN_NODES <= n <= MAX_NODES:
             raise ValueError(f"federation.num_clients must be in {MIN_NODES}..{MAX_NODES} (graph nodes), got {n}")
         check_topology(self.topology, n)
+        if self.privacy.trust != "site":
+            raise ValueError(f"privacy.trust {self.privacy.trust!r}: peer-to-peer runs have no server to aggregate; "
+                             "every node noises its own release (trust 'site')")
         if self.algorithm.kind == "decentralized_admm" and self.privacy.enabled:
             raise ValueError("decentralized_admm is the non-private baseline; set privacy.enabled: false")
         check_privacy_section(self.privacy)
