@@ -119,7 +119,13 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
 
     from fdp_flower.algorithms.registry import any_scenario_from_run_config
     from fdp_flower.config.base import APP_DIR, ScenarioError, scenario_to_yaml
-    from fdp_flower.engines.flower import app_run_config, parse_site_config, run_on_simulation
+    from fdp_flower.engines.flower import (
+        FLOWER_LOG,
+        app_run_config,
+        check_node_count,
+        parse_site_config,
+        run_on_simulation,
+    )
 
     try:
         run_config = parse_site_config(args.run_config)
@@ -158,15 +164,16 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
             print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
         from fdp_flower.outputs.results import check_output_dir
 
-        # checked before the SuperLink starts (and before the first release)
-        results = check_output_dir(Path(args.out or run_config.pop("results-dir", None)
-                                        or scenario.output.dir).resolve())
         # One simulated SuperNode per client by default.  A resumed simulated run names each client in
         # its messages (the server cannot tell a node's partition from a first reply once the duals are
         # non-zero) and a node with simulated data simulates the client it is named.
         supernodes = clients_of(scenario) if args.supernodes is None else args.supernodes
         if supernodes < 1:
             raise ScenarioError(f"--supernodes must be >= 1, got {supernodes}")
+        check_node_count(scenario, supernodes, "--supernodes")  # node-local data: one SuperNode per client
+        # checked before the SuperLink starts (and before the first release)
+        results = check_output_dir(Path(args.out or run_config.pop("results-dir", None)
+                                        or scenario.output.dir).resolve())
         print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower with {supernodes} simulated "
               f"SuperNodes; results under {results}", flush=True)
         print(f"equivalent command on a running SuperLink: "
@@ -188,6 +195,8 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
         if shown:
             print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
     print(f"results: {out}")
+    if (out / FLOWER_LOG).is_file():
+        print(f"Flower's output of the run (its final-results dump included): {out / FLOWER_LOG}")
     return 0
 
 
