@@ -26,7 +26,8 @@ site's wide-area link (the kernels this runs on have no ``netem`` qdisc):
   delivered ``k x rto_s`` later (default 200 ms, Linux's minimum retransmission timeout), and since
   the relay keeps the byte order, everything behind it waits too (head-of-line blocking), as on a real
   connection;
-- **bandwidth** (optional, ``rate_mbit``): a chunk occupies the link for its size over the rate.
+- **bandwidth** (optional, ``rate_mbit``): a chunk occupies the site's link (each direction apart, all
+  of the site's connections together) for its size over the rate.
 
 The relay terminates TCP on both sides, so the kernel's own flow control runs between each party and
 the relay, not end to end: the emulation does not limit a transfer by the bandwidth-delay product.
@@ -190,6 +191,7 @@ class WanRelay:
         self.stats: dict[str, LinkStats] = {name: LinkStats() for name, _ in profiles.values()}
         self._cut: set[str] = set()
         self._live: dict[str, set[asyncio.StreamWriter]] = {name: set() for name in self.stats}
+        self._links: dict[str, tuple[_LinkState, _LinkState]] = {}
         self._conn_ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -258,12 +260,12 @@ class WanRelay:
         stats, conn = self.stats[site], next(self._conn_ids)
         stats.connections += 1
         self._live[site] |= {writer, up_writer}
-        link = _LinkState()
+        up, down = self._links.setdefault(site, (_LinkState(), _LinkState()))  # the site's link, each direction
         try:
             await asyncio.gather(
-                self._pump(reader, up_writer, profile, np.random.default_rng([self.seed, conn, 0]), stats, link,
+                self._pump(reader, up_writer, profile, np.random.default_rng([self.seed, conn, 0]), stats, up,
                            first=True),
-                self._pump(up_reader, writer, profile, np.random.default_rng([self.seed, conn, 1]), stats, link))
+                self._pump(up_reader, writer, profile, np.random.default_rng([self.seed, conn, 1]), stats, down))
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -301,7 +303,7 @@ class WanRelay:
                 segments = math.ceil(len(data) / MSS)
                 lost = int(rng.binomial(segments, profile.loss)) if profile.loss > 0 else 0
                 sent = now
-                if profile.rate_mbit is not None:  # the link carries one chunk after the other
+                if profile.rate_mbit is not None:  # the site's link carries one chunk after the other, each way
                     sent = link.busy_until = max(link.busy_until, now) + len(data) * 8 / (profile.rate_mbit * 1e6)
                 last = max(last, sent + profile.delay_s + lost * profile.rto_s)  # never overtakes a chunk
                 stats.chunks, stats.bytes = stats.chunks + 1, stats.bytes + len(data)
@@ -315,6 +317,8 @@ class WanRelay:
 
 @dataclass
 class _LinkState:
+    """One direction of a site's emulated link: when it has sent everything queued so far."""
+
     busy_until: float = 0.0
 
 

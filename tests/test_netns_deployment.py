@@ -176,14 +176,17 @@ def _echo_server(sock: socket.socket) -> None:
 
 def test_the_relay_delays_each_chunk_and_charges_lost_segments_a_timeout(tmp_path, netns):
     """Echo through the relay: a round trip takes at least 2 x delay; with loss 0.5 a chunk of 10 segments
-    is almost surely hit and waits rto more; the per-site counters add up."""
-    fed = NetnsFederation(tmp_path, data_paths=[tmp_path / "unused"])  # the network only
+    is almost surely hit and waits rto more; at 1 Mbit/s 14480 bytes take 0.116 s each way; the per-site
+    counters add up."""
+    fed = NetnsFederation(tmp_path, data_paths=[tmp_path / "unused"] * 2)  # the network only
     try:
         fed._build_network()
         server = call_in_netns(fed.link_ns, lambda: socket.create_server((LINK_IP, 7000)))
         threading.Thread(target=_echo_server, args=(server,), daemon=True).start()
         slow = LinkProfile(delay_s=0.1, loss=0.5, rto_s=0.3)
-        relay = WanRelay(fed.wan_ns, (PUBLIC_IP, 7000), (LINK_IP, 7000), {site_ip(0): ("site0", slow)}, seed=1).start()
+        narrow = LinkProfile(delay_s=0.01, loss=0.0, rate_mbit=1.0)
+        relay = WanRelay(fed.wan_ns, (PUBLIC_IP, 7000), (LINK_IP, 7000),
+                         {site_ip(0): ("site0", slow), site_ip(1): ("site1", narrow)}, seed=1).start()
         fed.relay = relay
 
         def exchange(payload: bytes) -> float:
@@ -197,6 +200,7 @@ def test_the_relay_delays_each_chunk_and_charges_lost_segments_a_timeout(tmp_pat
                 return time.monotonic() - start
         small = call_in_netns(fed.site_ns(0), exchange, b"x")
         large = call_in_netns(fed.site_ns(0), exchange, os.urandom(10 * 1448))
+        rated = call_in_netns(fed.site_ns(1), exchange, os.urandom(10 * 1448))
         def connect_directly() -> int:
             with socket.socket() as s:
                 s.settimeout(2.0)
@@ -208,6 +212,8 @@ def test_the_relay_delays_each_chunk_and_charges_lost_segments_a_timeout(tmp_pat
         fed.stop()
     assert small >= 2 * slow.delay_s
     assert large >= 2 * slow.delay_s + slow.rto_s  # P(no loss in 10 + 10 segments at 0.5) = 1e-6
+    assert rated >= 2 * (narrow.delay_s + 10 * 1448 * 8 / 1e6)
+    assert relay.stats["site1"].lost_segments == 0 and relay.stats["site1"].bytes == 2 * 10 * 1448
     assert direct != 0  # no route around the relay: the wan namespace does not forward packets
     assert stats.connections == 2 and stats.tls_connections == 0 and stats.lost_segments > 0
     assert stats.bytes == 2 * (1 + 10 * 1448)
