@@ -141,3 +141,12 @@ def test_flowers_final_results_dump_is_held_back_and_the_rest_passes():
     assert shown == stream[:dump[0]] + ["(Flower's final-results dump, 37 lines, not repeated here: flower.log)"] \
         + stream[dump[1]:]
     assert dump[1] - dump[0] == 37
+
+
+def test_a_flwr_command_that_outlives_its_timeout_is_a_timeout_error(tmp_path):
+    """`python -m fdp_flower.engines.flower` (the deployment demo) reports a TimeoutError in one line; a
+    subprocess.TimeoutExpired escaped it with a traceback."""
+    from fdp_flower.engines.flower import Federation
+
+    with pytest.raises(TimeoutError, match=r"^flwr --version still running after 0s$"):
+        Federation(tmp_path)._flwr("--version", timeout=1e-3)

@@ -149,8 +149,12 @@ class Federation:
         raise NotImplementedError
 
     def _flwr(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
-        return subprocess.run(self._command("flwr", [_bin("flwr"), *args]), env=self._marked_env("flwr"), cwd=self.app_dir, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+        try:
+            return subprocess.run(self._command("flwr", [_bin("flwr"), *args]), env=self._marked_env("flwr"),
+                                  cwd=self.app_dir, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired:  # a TimeoutError: callers report it in one line
+            raise TimeoutError(f"flwr {args[0]} still running after {timeout:.0f}s") from None
 
     def _flwr_streamed(self, *args: str, echo, timeout: float) -> str:
         """Run ``flwr`` and pass each output line to ``echo`` as it arrives; returns the whole output."""
@@ -514,10 +518,11 @@ def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: s
 
 def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides: str = "",
              workdir: str | None = None, fmt: str = "npz", n_samples: int = 3000, seed: int = 0,
-             site_config: dict | None = None) -> int:
+             site_config: dict | None = None, timeout: float = 3600.0) -> int:
     """Partition ``dataset`` into ``nodes`` files, deploy on loopback, run ``scenario``, print the result.
 
-    ``site_config``: node config keys of every site's policy (e.g. ``{"allow-nonprivate": True}``).
+    ``site_config``: node config keys of every site's policy (e.g. ``{"allow-nonprivate": True}``);
+    ``timeout``: seconds the run may take.
     """
     from fdp_flower.algorithms.registry import any_scenario_from_run_config
     from fdp_flower.functional.node_files import load_dataset, partition, write_partitions
@@ -536,7 +541,7 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
         print(f"SuperLink on 127.0.0.1:{fed.link_port}; {nodes} SuperNodes; PIDs "
               f"{[p.pid for p in fed.processes]}", flush=True)
         run_id, status = fed.run({"scenario": str(Path(scenario).resolve()), "overrides": overrides,
-                                  "results-dir": str(results)})
+                                  "results-dir": str(results)}, timeout=timeout)
         print(f"run {run_id}: {status}", flush=True)
         if status != "finished:completed":
             print(fed.logs(), file=sys.stderr)
@@ -566,12 +571,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site-config", default="", help="node config keys of every site's privacy policy, e.g. "
                                                           "'max-eps=4 allow-nonprivate=true' (docs/deployment.md)")
     parser.add_argument("--workdir", help="directory for data, logs and results (default: a new temp dir)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds the run may take (default 3600)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the processes are stopped on SIGTERM too
     try:
         return run_demo(args.scenario, dataset=args.dataset, nodes=args.nodes, overrides=args.set,
                         workdir=args.workdir, fmt=args.format, n_samples=args.n_samples,
-                        site_config=parse_site_config(args.site_config))
+                        site_config=parse_site_config(args.site_config), timeout=args.timeout)
     except (ValueError, RuntimeError, TimeoutError) as exc:  # NodeDataError, ScenarioError, run failures
         print(f"error: {exc}", file=sys.stderr)
         return 2
