@@ -30,7 +30,7 @@ else
     step() {  # step <what> <pip arguments...>: run pip, show its progress, stop with its last lines if it fails
       local what=$1; shift
       echo "run.sh: $what (pip's output: $LOG)"
-      if ! "$VENV/bin/pip" install --progress-bar off "$@" 2>&1 | tee -a "$LOG" \
+      if ! PYTHONUNBUFFERED=1 "$VENV/bin/pip" install --progress-bar off "$@" 2>&1 | tee -a "$LOG" \
           | awk '/^(Collecting|Installing collected|Successfully installed)/ { print "  " substr($0, 1, 160); fflush() }'; then
         echo "run.sh: pip install $* failed; the end of $LOG:" >&2
         tail -n 20 "$LOG" >&2
