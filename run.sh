@@ -31,7 +31,8 @@ else
       local what=$1; shift
       echo "run.sh: $what (pip's output: $LOG)"
       if ! PYTHONUNBUFFERED=1 "$VENV/bin/pip" install --progress-bar off "$@" 2>&1 | tee -a "$LOG" \
-          | awk '/^(Collecting|Installing collected|Successfully installed)/ { print "  " substr($0, 1, 160); fflush() }'; then
+          | awk '/^ *(Obtaining|Installing build dependencies: started|Collecting|Installing collected|Successfully installed)/ {
+                   line = $0; sub(/^ +/, "", line); sub(/ \(from .*$/, "", line); print "  " substr(line, 1, 150); fflush() }'; then
         echo "run.sh: pip install $* failed; the end of $LOG:" >&2
         tail -n 20 "$LOG" >&2
         exit 1
