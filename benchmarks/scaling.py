@@ -5,7 +5,7 @@ next to a plain-Flower app with the same messages and no work (benchmarks/floor_
     python benchmarks/scaling.py            # writes benchmarks/results/scaling.md
     python benchmarks/scaling.py --quick    # a small smoke version (scaling_quick.md)
     python benchmarks/scaling.py --loopback-only   # loopback rows n = 1e5, M = 10 and 100 (scaling_batched.md)
-    python benchmarks/scaling.py --netns    # 5 SuperNodes in network namespaces over an emulated WAN (scaling_netns.md)
+    python benchmarks/scaling.py --netns [--repeats 2]   # 5 SuperNodes in network namespaces, emulated WAN (scaling_netns.md)
 
 Both apps send one message per SuperNode and round, carrying every client the node hosts (fdp-flower's
 FDP-ADMM strategy with fewer nodes than clients; the floor app mirrors it with the same payload sizes).
@@ -430,8 +430,9 @@ NETNS_LABELS = {("fdp", "lan"): "namespace deployment (fdp-flower), relay withou
 def write_netns_report(path: Path, rows: list[dict], meta: dict) -> None:
     """benchmarks/results/scaling_netns.md: the --netns rows, the difference to the floor in each network and
     what the WAN added to each app."""
+    flag = f" --repeats {meta['repeats']}" if meta.get("repeats", 1) > 1 else ""
     lines = ["# Scaling benchmark (--netns): a deployment over network namespaces and an emulated WAN", "",
-             f"`python benchmarks/scaling.py --netns`, one run on {meta['host']} ({meta['cpus']} CPUs, load average "
+             f"`python benchmarks/scaling.py --netns{flag}`, one run on {meta['host']} ({meta['cpus']} CPUs, load average "
              f"at start {meta['load']:.1f}, at the end {meta['load_end']:.1f}; shared with other jobs, so absolute "
              f"times are noisy and the differences within a pair of rows are what counts); Flower "
              f"{meta.get('flwr', '?')}; {meta['elapsed'] / 60:.1f} min in all. The run's rows: "
@@ -453,35 +454,49 @@ def write_netns_report(path: Path, rows: list[dict], meta: dict) -> None:
              "work, replies collected by the same short poll. Round times as in scaling.md: `round (s)` the mean "
              "over all rounds, `round 1` and `round 2+` from the ServerApp's per-round log line; `WAN MB` the bytes "
              "the relay carried both ways, `lost` the emulated lost segments of all sites.", "",
-             "| engine | n | M | SuperNodes | rounds | setup (s) | round (s) | round 1 (s) | round 2+ (s) | peak RSS (GB) "
-             "| ClientApp (s) | WAN MB | lost / segments | TLS conns | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| engine | rep | n | M | SuperNodes | rounds | setup (s) | round (s) | round 1 (s) | round 2+ (s) | "
+             "peak RSS (GB) | ClientApp (s) | WAN MB | lost / segments | TLS conns | load | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         res = r["result"]
         lost = f"{res['wan_lost']} / {res['wan_segments']}" if "wan_lost" in res else "n/a"
         tls = f"{res['wan_tls']} of {res['wan_connections']}" if "wan_tls" in res else "n/a"
-        lines.append(f"| {NETNS_LABELS[r['app'], r['variant']]} | {r['n']:.0e} | {r['M']} | {r['nodes']} | "
+        lines.append(f"| {NETNS_LABELS[r['app'], r['variant']]} | {r.get('rep', 0) + 1} | {r['n']:.0e} | {r['M']} | "
+                     f"{r['nodes']} | "
                      f"{r['rounds']} | {fmt(res.get('setup_s'), 2)} | {fmt(res.get('round_s'))} | "
                      f"{fmt(res.get('round1_s'))} | {fmt(res.get('later_round_s'))} | {fmt(res.get('peak_gb'), 2)} | "
                      f"{fmt(res.get('clientapp_s'), 2)} | {fmt(res.get('wan_mb'), 2)} | {lost} | {tls} | "
-                     f"{res.get('error', '')} |")
+                     f"{r['load']:.1f} | {res.get('error', '')} |")
     lines += ["", "## Round time next to the plain-Flower floor", ""]
+
+    def result(app: str, variant: str, rep: int) -> dict:
+        return next((r["result"] for r in rows if (r["app"], r["variant"], r.get("rep", 0)) == (app, variant, rep)), {})
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    reps = sorted({r.get("rep", 0) for r in rows})
     for variant in ("lan", "wan"):
-        ours, floor = (next((r["result"] for r in rows if (r["app"], r["variant"]) == (app, variant)), {})
-                       for app in ("fdp", "floor"))
-        if "round_s" in ours and "round_s" in floor:
-            later = (f"; rounds 2+: {ours['later_round_s']:.3f} s vs {floor['later_round_s']:.3f} s, "
-                     f"{ours['later_round_s'] - floor['later_round_s']:+.3f} s"
-                     if "later_round_s" in ours and "later_round_s" in floor else "")
-            lines.append(f"- {NETNS_LABELS['fdp', variant].split(', ', 1)[1]}: fdp-flower {ours['round_s']:.3f} s a "
-                         f"round vs the floor's {floor['round_s']:.3f} s ({ours['round_s'] - floor['round_s']:+.3f} s, "
-                         f"{ours['round_s'] / floor['round_s']:.2f} x){later}; the loopback goal of scaling.md "
-                         f"(floor + 1 s) would be {verdict(ours['round_s'], floor['round_s'] + 1.0)}.")
+        pairs = [(result("fdp", variant, k), result("floor", variant, k)) for k in reps]
+        pairs = [(o, f) for o, f in pairs if "round_s" in o and "round_s" in f]
+        if not pairs:
+            continue
+        ours, floor = mean([o["round_s"] for o, _ in pairs]), mean([f["round_s"] for _, f in pairs])
+        diffs = [o["round_s"] - f["round_s"] for o, f in pairs]
+        later = [o["later_round_s"] - f["later_round_s"] for o, f in pairs if "later_round_s" in o and "later_round_s" in f]
+        lines.append(f"- {NETNS_LABELS['fdp', variant].split(', ', 1)[1]}: fdp-flower {ours:.3f} s a round vs the floor's "
+                     f"{floor:.3f} s (mean of {len(pairs)} back-to-back pair(s)); fdp-flower minus floor per pair "
+                     f"{', '.join(f'{d:+.2f}' for d in diffs)} s (mean {mean(diffs):+.3f} s)"
+                     + (f", rounds 2+ only {', '.join(f'{d:+.2f}' for d in later)} s (mean {mean(later):+.3f} s)"
+                        if later else "")
+                     + f"; the loopback goal of scaling.md (floor + 1 s) {verdict(ours, floor + 1.0)}.")
     for app in ("fdp", "floor"):
-        lan, wan = (next((r["result"] for r in rows if (r["app"], r["variant"]) == (app, v)), {}) for v in ("lan", "wan"))
-        if "round_s" in lan and "round_s" in wan:
+        lan = [result(app, "lan", k)["round_s"] for k in reps if "round_s" in result(app, "lan", k)]
+        wan = [result(app, "wan", k)["round_s"] for k in reps if "round_s" in result(app, "wan", k)]
+        if lan and wan:
             lines.append(f"- What the WAN added to a round of {'fdp-flower' if app == 'fdp' else 'the floor'}: "
-                         f"{wan['round_s'] - lan['round_s']:+.3f} s ({lan['round_s']:.3f} -> {wan['round_s']:.3f} s).")
+                         f"{mean(wan) - mean(lan):+.3f} s ({mean(lan):.3f} -> {mean(wan):.3f} s, means over the "
+                         f"repetitions; these rows ran minutes apart, so the load differs more than within a pair).")
     lines += ["", "## Notes", "",
               "- A message costs a SuperNode several HTTP requests to the SuperLink (pull the message and its "
               "objects, push the reply and its objects, heartbeats), each a round trip through the relay: with 100 "
@@ -590,6 +605,7 @@ def main(argv=None) -> int:
     parser.add_argument("--netns", action="store_true",
                         help=f"a deployment in network namespaces ({NETNS_NODES} SuperNodes, TLS, node authentication) "
                              "with and without an emulated WAN, next to the floor app (scaling_netns.md; needs root)")
+    parser.add_argument("--repeats", type=int, default=1, help="--netns: run the four rows this many times")
     parser.add_argument("--rows", type=Path, help="re-write the report from a run's printed rows (JSON lines)")
     parser.add_argument("--select", nargs="+", metavar="KIND:N:M",
                         help="run only these cases, e.g. loopback:1e5:1000 simulation:*:1000 (report: scaling_selected.md)")
@@ -617,14 +633,15 @@ def main(argv=None) -> int:
     from importlib.metadata import version
 
     meta = {"quick": args.quick, "loopback_only": args.loopback_only, "select": args.select, "netns": args.netns,
+            "repeats": args.repeats,
             "host": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()[0], "flwr": version("flwr")}
     print(json.dumps({"start": meta}), flush=True)
     started = time.monotonic()
     rows: list[dict] = []
-    cases = ([("netns", app, variant, NETNS_N, NETNS_NODES, NETNS_NODES, NETNS_ROUNDS)
-              for variant in ("lan", "wan") for app in ("fdp", "floor")] if args.netns
-             else plan_cases(args.quick, args.loopback_only))
-    for kind, app, variant, n, m, nodes, rounds in select_cases(cases, args.select) if args.select else cases:
+    cases = ([("netns", app, variant, NETNS_N, NETNS_NODES, NETNS_NODES, NETNS_ROUNDS, rep)
+              for rep in range(args.repeats) for variant in ("lan", "wan") for app in ("fdp", "floor")] if args.netns
+             else [(*case, 0) for case in plan_cases(args.quick, args.loopback_only)])
+    for kind, app, variant, n, m, nodes, rounds, rep in select_cases(cases, args.select) if args.select else cases:
         if time.monotonic() - started > 60 * args.budget_min:
             result = {"error": f"skipped: the run's {args.budget_min:.0f} min budget was used up"}
         elif kind == "inprocess":
@@ -636,7 +653,7 @@ def main(argv=None) -> int:
                             superexec_poll=SUPEREXEC_POLL if variant == "superexec-0.2" else None,
                             tmpdir=None if variant == "disk-tmp" else FAST_TMPDIR)
         row = {"kind": kind, "app": app, "variant": variant, "n": n, "M": m, "nodes": nodes, "rounds": rounds,
-               "load": os.getloadavg()[0], "result": result}
+               "load": os.getloadavg()[0], "result": result, **({"rep": rep} if kind == "netns" else {})}
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta.update(elapsed=time.monotonic() - started, load_end=os.getloadavg()[0])
