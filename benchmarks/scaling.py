@@ -658,6 +658,8 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
     meta.update(elapsed=time.monotonic() - started, load_end=os.getloadavg()[0])
     print(json.dumps({"meta": meta}), flush=True)
+    rows_file = out.with_name(f"{out.stem}_rows.jsonl")  # the file the report names, so --rows can re-write it
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in [*rows, {"meta": meta}]))
     report(out, rows, meta)
     print(f"wrote {out}")
     return 0
