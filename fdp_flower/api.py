@@ -312,7 +312,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     noise_source : {"seeded", "os_entropy"}
         "os_entropy" draws the noise from the operating system (not reproducible) (default: "seeded").
     out : path or None
-        Also write a results directory there (readable by :func:`load_results`).
+        Also write a results directory there (readable by :func:`load_results`). Checked before training as
+        ``fdp-flower run --out`` is: a file, an unwritable place or a directory holding another run is an
+        ``OutputError`` (nothing is overwritten), and the directory is locked while the fit writes it.
     data_dir : path or None
         Write one file per client there and fit from the files (default: None, the arrays are passed to the
         engine in memory and nothing is written).
@@ -334,7 +336,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     from fdp_flower.functional.design import CurveData
     from fdp_flower.functional.node_files import file_digest, write_node_file
     from fdp_flower.functional.sources import curves_digest
-    from fdp_flower.outputs.results import write_results
+    from fdp_flower.outputs.results import claimed_output, write_results
 
     values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
                                                          client_column=client_column)
@@ -382,9 +384,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         if data_dir is None:
             source = data_source(scenario, clients)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
-        result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
-        if out is not None:
-            write_results(result, out)
+        with claimed_output(out):  # a file, /proc/x or another run's directory: refused before training
+            result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
+            if out is not None:
+                write_results(result, out)
         return FunctionalModel.from_run(result)
 
 
@@ -473,6 +476,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
     from fdp_flower.algorithms.p2p.plan import build_problem
     from fdp_flower.engines.p2p import run_scenario
+    from fdp_flower.outputs.results import claimed_output
 
     if "steps" in renamed:
         raise InputError("steps: renamed to rounds")
@@ -500,13 +504,14 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
-        problem = build_problem(scenario, with_reference=reference)
-        result = run_scenario(scenario, problem=problem)
-        history = {k: np.asarray(v) for k, v in result.metrics.items()}
-        rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
-        if out is not None:
-            _write_tabular_results(out, scenario, rows, result.ledger, iterates={
-                "released": result.released, "duals": result.duals})
+        with claimed_output(out):
+            problem = build_problem(scenario, with_reference=reference)
+            result = run_scenario(scenario, problem=problem)
+            history = {k: np.asarray(v) for k, v in result.metrics.items()}
+            rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
+            if out is not None:
+                _write_tabular_results(out, scenario, rows, result.ledger, iterates={
+                    "released": result.released, "duals": result.duals})
     report = PrivacyReport.from_ledger(result.ledger, delta=scenario.privacy.delta,
                                        mode=scenario.privacy.mode if eps is not None else None, eps_budget=eps)
     node_w = np.asarray(result.released[-1], dtype=float)
@@ -548,6 +553,7 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
     from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
     from fdp_flower.config.base import validate_mapping
     from fdp_flower.engines.gradient_admm import run_scenario
+    from fdp_flower.outputs.results import claimed_output
 
     x, r = tabular_inputs(X, y)
     _check_labels(loss, r)
@@ -570,9 +576,10 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(lambda d, s: validate_mapping(GradientADMMScenario, d, s), data, "fit_gradient()")
-        result, _problem, _ref = run_scenario(scenario, with_reference=reference)
-        if out is not None:
-            _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x})
+        with claimed_output(out):
+            result, _problem, _ref = run_scenario(scenario, with_reference=reference)
+            if out is not None:
+                _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x})
     report = PrivacyReport.from_ledger(result.ledger, delta=delta, mode="total" if eps is not None else None,
                                        eps_budget=eps)
     return TabularModel(np.asarray(result.state.x, dtype=float), gradient_intercept_scale(scenario), scenario,

@@ -276,7 +276,73 @@ def _nan_csv(tmp: Path) -> list[str]:
     return paths
 
 
-@pytest.mark.parametrize("case", ISSUE_17 + ALREADY_HANDLED, ids=lambda c: c.name)
+# ------------------------------------------------------------------------- issue 30: nothing overwritten
+def _finished_run(tmp: Path, out: str = "out") -> None:
+    """A finished run of TINY in ``tmp/out``; a copy of its summary and ledger kept to compare with."""
+    assert cli.main(["run", _write(tmp / "first.yaml", TINY), "--out", str(tmp / out), "--no-plots"]) == 0
+    for name in ("summary.json", "ledger.csv"):
+        (tmp / f"first-{name}").write_bytes((tmp / out / name).read_bytes())
+
+
+def _first_run_intact(tmp: Path, err: str = "") -> None:
+    for name in ("summary.json", "ledger.csv"):
+        assert (tmp / "out" / name).read_bytes() == (tmp / f"first-{name}").read_bytes(), f"{name} overwritten"
+
+
+def _other_run_over(tmp: Path, *extra: str) -> list[str]:
+    _finished_run(tmp)
+    return ["run", _write(tmp / "other.yaml", {**TINY, "name": "other", "seed": 2}), "--out", str(tmp / "out"),
+            "--no-plots", *extra]
+
+
+_LOCKS: list[int] = []
+
+
+def _locked_by_another(tmp: Path) -> list[str]:
+    """The lock of ``out`` held (flock) through another open file, as a second process would hold it."""
+    import fcntl
+
+    (tmp / "out").mkdir()
+    fd = os.open(tmp / "out" / ".fdp-flower.lock", os.O_RDWR | os.O_CREAT)
+    os.write(fd, b"424242\n")
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _LOCKS.append(fd)
+    return ["run", _write(tmp / "s.yaml", TINY), "--out", str(tmp / "out"), "--no-plots"]
+
+
+def _unlock_and_check_nothing_written(tmp: Path, err: str) -> None:
+    os.close(_LOCKS.pop())
+    assert [p.name for p in (tmp / "out").iterdir()] == [".fdp-flower.lock"]
+
+
+def _sweep_over_sweep(tmp: Path) -> list[str]:
+    sweep = _write(tmp / "sw.yaml", {**TINY, "sweep": {"cases": [{"privacy.eps": 1.0}]}})
+    assert cli.main(["sweep", sweep, "--out", str(tmp / "out"), "--no-progress", "--no-plots"]) == 0
+    (tmp / "first-runs.csv").write_bytes((tmp / "out" / "runs.csv").read_bytes())
+    return ["sweep", _write(tmp / "sw2.yaml", {**TINY, "sweep": {"cases": [{"privacy.eps": 2.0}]}}),
+            "--out", str(tmp / "out"), "--no-progress", "--no-plots"]
+
+
+ISSUE_30 = [
+    # a results directory holding another run: refused before training, the first run's files untouched
+    Case("run-over-another-run", _other_run_over, 2, "holds another run (summary.json, ledger.csv",
+         _first_run_intact),
+    Case("p2p-run-over-another-run", lambda t: (_finished_run(t), [
+        "run", str(Path(__file__).resolve().parents[1] / "scenarios" / "p2p_lad_zcdp_nfl.yaml"), "--set",
+        "algorithm.rounds=2", "--out", str(t / "out"), "--no-plots"])[1], 2, "holds another run", _first_run_intact),
+    # a second writer while the first still writes: the lock refuses it, nothing is written
+    Case("run-while-another-writes", _locked_by_another, 2, "another run (pid 424242) is writing it",
+         _unlock_and_check_nothing_written),
+    Case("sweep-over-another-sweep", _sweep_over_sweep, 2, "sweep directory",
+         lambda t, e: ((t / "out" / "runs.csv").read_bytes() == (t / "first-runs.csv").read_bytes()
+                       or pytest.fail("runs.csv overwritten"))),
+    # --resume continues the run in its own directory: allowed
+    Case("resume-in-own-directory", lambda t: (_finished_run(t), ["run", "--resume", str(t / "out"),
+                                                                   "--no-plots"])[1], 0, None),
+]
+
+
+@pytest.mark.parametrize("case", ISSUE_17 + ALREADY_HANDLED + ISSUE_30, ids=lambda c: c.name)
 def test_edge(case: Case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     argv = case.setup(tmp_path)
@@ -394,3 +460,65 @@ def test_ctrl_c_during_a_run_prints_one_line_and_keeps_the_checkpoint(tmp_path):
     assert proc.returncode == 130 and len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("interrupted (Ctrl-C)")
     assert read_checkpoint(checkpoint).round >= 1
+
+
+# ------------------------------------------------------------------------- issue 30: the Python API's out=
+def _api_data():
+    from fdp_flower.functional import design
+
+    grid = design.default_grid(20)
+    return design.simulate_slice(3, 0, 300, tau=0.5, grid=grid), grid
+
+
+API_OUT_CASES = [
+    ("out-is-a-file", lambda t: _write(t / "f", "x"), r"^results directory .*f: exists and is not a directory$",
+     lambda t: (t / "f").read_text() == "x"),
+    ("out-in-proc", lambda t: "/proc/fdp-flower-x", r"^results directory /proc/fdp-flower-x: not writable",
+     lambda t: not Path("/proc/fdp-flower-x").exists()),
+]
+
+
+@pytest.mark.parametrize("name,out,match,after", API_OUT_CASES, ids=[c[0] for c in API_OUT_CASES])
+def test_api_out_is_checked_before_training(name, out, match, after, tmp_path, monkeypatch):
+    """``fit(..., out=...)`` refuses an output it cannot write in one line before training (the CLI's check)."""
+    import fdp_flower
+    from fdp_flower.engines import inprocess
+
+    def no_training(*a, **k):
+        raise AssertionError("trained before checking out=")
+    monkeypatch.setattr(inprocess, "run_fdp_admm", no_training)
+    data, grid = _api_data()
+    with pytest.raises(ValueError, match=match):
+        fdp_flower.fit(data.curves, data.response, grid=grid, rounds=3, reference=False, out=out(tmp_path))
+    assert after(tmp_path)
+
+
+def test_api_fit_twice_into_one_out_keeps_the_first(tmp_path):
+    """The second fit into a directory holding a fit is refused before training; the first's record stays."""
+    import fdp_flower
+
+    data, grid = _api_data()
+    fdp_flower.fit(data.curves, data.response, grid=grid, rounds=3, reference=False, out=tmp_path / "fit")
+    first = {n: (tmp_path / "fit" / n).read_bytes() for n in ("summary.json", "ledger.csv")}
+    with pytest.raises(ValueError, match=r"fit: holds another run \(summary.json, ledger.csv.*choose another out="):
+        fdp_flower.fit(data.curves, data.response, grid=grid, rounds=5, eps=2.0, reference=False,
+                       out=tmp_path / "fit")
+    assert {n: (tmp_path / "fit" / n).read_bytes() for n in first} == first
+    for fit in (fdp_flower.fit_p2p, fdp_flower.fit_gradient):  # the tabular fits check it the same way
+        with pytest.raises(ValueError, match="holds another run"):
+            fit(data.curves[:, :3], np.sign(data.response), loss="logistic", rounds=2, out=tmp_path / "fit")
+    assert {n: (tmp_path / "fit" / n).read_bytes() for n in first} == first
+
+
+def test_two_runs_into_one_out_at_once_one_is_refused(tmp_path):
+    """Two ``fdp-flower run`` processes with the same --out at once: exactly one writes it, the other is refused
+    in one line (by the lock while the first runs, or as another run's directory once it finished)."""
+    scenario = _write(tmp_path / "s.yaml", {**TINY, "algorithm": {"kind": "fdp_admm", "rounds": 30}})
+    procs = [_cli_process(["run", scenario, "--out", str(tmp_path / "out"), "--no-plots"], tmp_path)
+             for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    refused = next(err for code, err in results if code == 2)
+    assert len(refused.strip().splitlines()) == 1 and ("is writing it" in refused or "holds another run" in refused)
+    _results(tmp_path / "out")

@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"error: {where}{exc.strerror or _one_line(exc)}", file=sys.stderr)
         return 1
+    finally:  # the results directories this command locked (fdp_flower.outputs.results.claim_output_dir)
+        from fdp_flower.outputs.results import release_all_output_dirs
+
+        release_all_output_dirs()
 
 
 #: what a Ctrl-C leaves behind, per subcommand

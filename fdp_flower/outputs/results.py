@@ -1,6 +1,7 @@
 """Saving a run: resolved scenario, per-round history (CSV), ledger, summary (JSON), final state."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
@@ -80,6 +81,74 @@ def check_output_dir(path: str | Path, what: str = "results directory") -> Path:
     except OSError as exc:
         raise OutputError(f"{what} {path}: not writable ({exc.strerror or exc})") from None
     return path
+
+
+#: files that mark a directory as holding a run's or a sweep's results (checkpoint.npz: an unfinished run)
+RUN_MARKERS = ("summary.json", "ledger.csv", "history.csv", "checkpoint.npz", "final.npz", "sweep.yaml", "runs.csv",
+               "runs.partial.jsonl", "scenario.yaml")
+#: the lock file a writer holds (``fcntl.flock``) for as long as it writes the directory
+LOCK_NAME = ".fdp-flower.lock"
+_held_locks: dict[Path, int] = {}
+
+
+def claim_output_dir(path: str | Path, what: str = "results directory", *, resume: bool = False,
+                     option: str = "--out") -> Path:
+    """:func:`check_output_dir`, then make sure nothing is overwritten: take the directory's lock (another
+    process writing it is refused) and refuse a directory that already holds a run or a sweep
+    (:data:`RUN_MARKERS`) unless ``resume`` continues it.  Both are an :class:`OutputError` of one line, raised
+    before any training or release.  The lock is held until :func:`release_output_dir` or the process ends."""
+    path = check_output_dir(path, what)
+    key = path.resolve()
+    if key in _held_locks:
+        raise OutputError(f"{what} {path}: this process is already writing it (a run or fit still open)")
+    import fcntl
+
+    fd = os.open(key / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise OutputError(f"{what} {path}: another run (pid {holder}) is writing it; wait for it or choose "
+                          f"another {option}") from None
+    if not resume:
+        found = [name for name in RUN_MARKERS if (key / name).exists()]
+        if found:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise OutputError(f"{what} {path}: holds another run ({', '.join(found[:3])}); nothing is overwritten "
+                              f"-- choose another {option} or remove it")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held_locks[key] = fd
+    return path
+
+
+def release_output_dir(path: str | Path) -> None:
+    """Give up the lock :func:`claim_output_dir` took on ``path`` (nothing if it holds none)."""
+    fd = _held_locks.pop(Path(path).resolve(), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
+def release_all_output_dirs() -> None:
+    """Give up every lock this process holds (the end of a CLI command)."""
+    for path in list(_held_locks):
+        release_output_dir(path)
+
+
+@contextlib.contextmanager
+def claimed_output(path, what: str = "results directory", *, option: str = "out="):
+    """``with claimed_output(out):`` -- :func:`claim_output_dir` on entry (nothing when ``path`` is None), the lock
+    released on exit; the Python API's ``out=`` checks its directory this way before training."""
+    if path is None:
+        yield None
+        return
+    claimed = claim_output_dir(path, what, option=option)
+    try:
+        yield claimed
+    finally:
+        release_output_dir(claimed)
 
 
 def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
