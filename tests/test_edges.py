@@ -522,3 +522,17 @@ def test_two_runs_into_one_out_at_once_one_is_refused(tmp_path):
     refused = next(err for code, err in results if code == 2)
     assert len(refused.strip().splitlines()) == 1 and ("is writing it" in refused or "holds another run" in refused)
     _results(tmp_path / "out")
+
+
+def test_a_run_without_out_goes_beside_an_earlier_run_of_its_name(tmp_path, monkeypatch, capsys):
+    """Without --out, a second run of one scenario goes to ``results/<name>-2`` and says so; the first stays."""
+    monkeypatch.chdir(tmp_path)
+    scenario = _write(tmp_path / "s.yaml", TINY)
+    assert cli.main(["run", scenario, "--no-plots"]) == 0
+    first = (tmp_path / "results" / "tiny" / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["run", scenario, "--set", "privacy.eps=2", "--no-plots"]) == 0
+    out, err = capsys.readouterr()
+    assert f"results{os.sep}tiny holds an earlier run; this one goes beside it: results{os.sep}tiny-2" in out, out
+    assert (tmp_path / "results" / "tiny" / "summary.json").read_bytes() == first
+    assert json.loads((tmp_path / "results" / "tiny-2" / "summary.json").read_text())["privacy"]["private"]

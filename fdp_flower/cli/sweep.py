@@ -30,7 +30,7 @@ def flower_command(scenario_path: str, overrides: list[str], resume: str | None 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fdp_flower.engines.sweep import load_sweep, run_sweep, write_sweep_results
-    from fdp_flower.outputs.results import claim_output_dir
+    from fdp_flower.outputs.results import beside_other_runs, claim_output_dir
 
     if args.workers is not None and args.workers < 1:
         raise ScenarioError(f"sweep: --workers must be >= 1, got {args.workers}")
@@ -43,8 +43,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  config {i}: " + (", ".join(f"{k}={v}" for k, v in labels.items()) or "base"))
         return 0
     # another sweep or run in it is refused (unless --resume continues it), and so is a second writer
-    out_dir = claim_output_dir(args.out or f"{spec.base.output.dir}/{spec.base.name}", "sweep directory",
-                               resume=args.resume)
+    default = f"{spec.base.output.dir}/{spec.base.name}"
+    out_dir = claim_output_dir(args.out or (default if args.resume else beside_other_runs(default)),
+                               "sweep directory", resume=args.resume)
     try:
         result = run_sweep(spec, workers=args.workers, progress=not args.no_progress, out_dir=out_dir,
                            resume=args.resume)

@@ -124,6 +124,20 @@ def claim_output_dir(path: str | Path, what: str = "results directory", *, resum
     return path
 
 
+def beside_other_runs(default: str | Path) -> Path:
+    """The default results directory ``<output.dir>/<name>`` when it holds no run, else the first of
+    ``<name>-2``, ``<name>-3``, ... that holds none: a run without ``--out`` goes beside an earlier run of the same
+    name instead of over it (an explicit ``--out`` holding a run is refused by :func:`claim_output_dir`)."""
+    default = Path(default)
+    candidate, k = default, 1
+    while candidate.is_dir() and any((candidate / name).exists() for name in RUN_MARKERS):
+        k += 1
+        candidate = default.with_name(f"{default.name}-{k}")
+    if candidate != default:
+        print(f"{default} holds an earlier run; this one goes beside it: {candidate}", flush=True)
+    return candidate
+
+
 def release_output_dir(path: str | Path) -> None:
     """Give up the lock :func:`claim_output_dir` took on ``path`` (nothing if it holds none)."""
     fd = _held_locks.pop(Path(path).resolve(), None)
