@@ -536,3 +536,33 @@ def test_a_run_without_out_goes_beside_an_earlier_run_of_its_name(tmp_path, monk
     assert f"results{os.sep}tiny holds an earlier run; this one goes beside it: results{os.sep}tiny-2" in out, out
     assert (tmp_path / "results" / "tiny" / "summary.json").read_bytes() == first
     assert json.loads((tmp_path / "results" / "tiny-2" / "summary.json").read_text())["privacy"]["private"]
+
+
+# ------------------------------------------------------------------------- issue 30: load_results checks the ledger
+def _cut_ledger(out: Path) -> None:
+    lines = (out / "ledger.csv").read_text().splitlines(keepends=True)
+    (out / "ledger.csv").write_text("".join(lines[: len(lines) - 2]))  # cut at a line boundary
+
+
+LEDGER_CASES = [
+    ("ledger-cut-at-a-line", _cut_ledger, r"ledger.csv does not match summary.json \(client 0: 2 releases on "
+                                          r"record, the summary counts 3\)"),
+    ("ledger-removed", lambda out: (out / "ledger.csv").unlink(), r"no ledger.csv \(the record of every release\)"),
+    ("ledger-emptied", lambda out: (out / "ledger.csv").write_text("client,round,sensitivity,sigma\n"),
+     r"does not match summary.json \(the summary says private, the ledger holds 0 releases\)"),
+]
+
+
+@pytest.mark.parametrize("name,damage,match", LEDGER_CASES, ids=[c[0] for c in LEDGER_CASES])
+def test_load_results_refuses_a_ledger_that_does_not_match_the_summary(name, damage, match, tmp_path):
+    """A cut, removed or emptied ledger.csv is one error line, never a smaller eps or "not private"."""
+    import fdp_flower
+
+    assert cli.main(["run", _write(tmp_path / "s.yaml", TINY), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    model = fdp_flower.load_results(tmp_path / "out")  # intact: loads, the summary's eps
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert model.privacy.eps == pytest.approx(summary["privacy"]["eps"], rel=1e-9)
+    damage(tmp_path / "out")
+    with pytest.raises(ValueError, match=match) as caught:
+        fdp_flower.load_results(tmp_path / "out")
+    assert "\n" not in str(caught.value)
