@@ -42,6 +42,8 @@ __all__ = ["fit", "fit_gradient", "fit_p2p", "load_results", "FunctionalModel", 
 #: fixed (data-independent) bases accepted by name
 FIXED_BASES = ("cosine", "bspline", "fourier")
 PRIVACY_MODES = ("total", "per_round")
+#: the federated DP-FPCA's default pre-basis size (basis.pre_basis_size); a coarser grid gets one function per point
+PRE_BASIS_SIZE = 30
 
 
 class InputError(ValueError):
@@ -142,7 +144,8 @@ def curve_inputs(curves, y=None, *, grid=None, response: str = "response", clien
     return _finite("curves", values), _finite("y", y), grid, labels
 
 
-def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) -> tuple[list[np.ndarray], list]:
+def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int,
+                     what: str = "client_ids") -> tuple[list[np.ndarray], list]:
     """Row indices of every client and the client labels.
 
     ``client_ids`` (n labels): one client per distinct label, in sorted label order.  Else
@@ -155,12 +158,15 @@ def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) ->
     if client_ids is not None:
         if n_clients is not None:
             raise InputError("give n_clients or client_ids, not both")
-        ids = np.asarray(client_ids)
+        raw = client_ids.to_numpy() if hasattr(client_ids, "to_numpy") else client_ids
+        # a list keeps each label's type (np.asarray would turn [0, "a"] into the strings "0", "a")
+        ids = raw if isinstance(raw, np.ndarray) else np.asarray(list(raw), dtype=object)
         if ids.shape != (n,):
-            raise InputError(f"client_ids: expected {n} labels (one per row), got shape {ids.shape}")
+            raise InputError(f"{what}: expected {n} labels (one per row), got shape {ids.shape}")
+        ids = _homogeneous_labels(ids, what)
         labels, inverse = np.unique(ids, return_inverse=True)
         if labels.size < 1:
-            raise InputError("client_ids: no clients")
+            raise InputError(f"{what}: no clients")
         return [np.flatnonzero(inverse == c) for c in range(labels.size)], labels.tolist()
     count = 10 if n_clients is None else n_clients
     if not isinstance(count, (int, np.integer)) or count < 1:
@@ -170,6 +176,23 @@ def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) ->
     order = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SPLIT_STREAM,))).permutation(n)
     bounds = partition_bounds(n, int(count))
     return [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])], list(range(int(count)))
+
+
+def _homogeneous_labels(ids: np.ndarray, what: str) -> np.ndarray:
+    """Client labels of one kind (numbers or strings) and none missing: a label None or NaN would form a
+    client of its own (or fail deep in numpy), and ``0`` next to ``"0"`` would merge two clients."""
+    values = [v.item() if isinstance(v, np.generic) else v for v in ids.tolist()]
+    missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and math.isnan(v))
+               or type(v).__name__ in ("NAType", "NaTType")]
+    if missing:
+        shown = ", ".join(map(str, missing[:3])) + (", ..." if len(missing) > 3 else "")
+        raise InputError(f"{what}: {len(missing)} rows have no client (None or NaN; rows {shown}): give every row "
+                         "a client or drop those rows")
+    kinds = {"str" if isinstance(v, str) else "number" if isinstance(v, (int, float)) and not isinstance(v, bool)
+             else type(v).__name__ for v in values}
+    if len(kinds) > 1:
+        raise InputError(f"{what}: labels of mixed types ({', '.join(sorted(kinds))}); use one type, e.g. all str")
+    return np.asarray(values, dtype=object) if kinds == {"str"} else np.asarray(values)
 
 
 @contextmanager
@@ -234,6 +257,8 @@ def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta:
         return {"kind": "fixed", "family": basis, "n_components": n_components}
     if basis == "fpca":
         section = {"kind": "federated_dp", "n_components": n_components, "private": eps is not None}
+        if len(grid) < PRE_BASIS_SIZE:  # the pre-basis cannot have more functions than the grid has points
+            section["pre_basis_size"] = max(len(grid), n_components)
         if eps is not None:
             section.update(eps=basis_eps, **({"delta": basis_delta} if basis_delta is not None else {}))
             if basis_eps is None:
@@ -249,6 +274,18 @@ def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta:
                      f"got {basis!r}")
 
 
+def _plain_numbers(function):
+    """Numpy scalars given as keyword arguments (``eps=np.float32(1.0)``, ``rounds=np.int64(50)``) taken as the
+    Python numbers they hold, as every check and the scenario schema expect."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **{k: v.item() if isinstance(v, np.generic) else v for k, v in kwargs.items()})
+    return wrapper
+
+
+@_plain_numbers
 def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0, delta: float = 1e-5,
         privacy: str = "total", n_clients: int | None = None, client_ids=None, penalty: str = "l1",
         lam: float = 0.05, rounds: int | None = None, basis="cosine", n_components: int = 10,
@@ -343,7 +380,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     if labels is not None and client_ids is not None:
         raise InputError("give client_ids or client_column, not both")
     parts, _names = client_partition(len(response_values), n_clients=n_clients,
-                                     client_ids=labels if labels is not None else client_ids, seed=seed)
+                                     client_ids=labels if labels is not None else client_ids, seed=seed,
+                                     what=f"client column {client_column!r}" if labels is not None else "client_ids")
     clients = [CurveData(values[rows], response_values[rows], grid) for rows in parts]
     from fdp_flower.functional.fpca import FunctionalBasis
 
@@ -435,6 +473,7 @@ def _topology(graph, degree: int | None) -> dict[str, Any]:
     return {"kind": "custom", "edges": edges}
 
 
+@_plain_numbers
 def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "zcdp_nfl", loss: str = "quantile",
             tau: float = 0.5, penalty: str = "none", lam: float = 0.0, eps: float | None = 1.0, delta: float = 1e-5,
             privacy: str = "total", n_nodes: int | None = None, node_ids=None, rounds: int | None = None,
@@ -484,7 +523,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         raise TypeError(f"fit_p2p() got an unexpected keyword argument {next(iter(renamed))!r}")
     x, r = tabular_inputs(X, y)
     _check_labels(loss, r)
-    parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed)
+    parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed, what="node_ids")
     if len(parts) < 2:
         raise InputError("n_nodes: a peer-to-peer graph needs at least 2 nodes")
     with _client_directory(data_dir) as directory:
@@ -520,6 +559,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
 
 
 # ---------------------------------------------------------------- gradient perturbation
+@_plain_numbers
 def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", tau: float = 0.5,
                  lam: float = 1e-3, constraint: str = "lasso", eps: float | None = 1.0, delta: float = 1e-5,
                  n_clients: int | None = None, client_ids=None, rounds: int | None = None, rho: float | None = None,

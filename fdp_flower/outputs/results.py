@@ -256,6 +256,12 @@ def _format_eps(eps) -> str:
     return "inf" if eps is None else f"{eps:.4f}" if eps < 1e6 else f"{eps:.4g}"
 
 
+#: what a private run with ``basis.kind: pooled`` does not cover (docs/privacy.md, "Not covered")
+POOLED_BASIS_CAVEAT = ("the basis (basis.kind pooled) is an FPCA of every site's curves without noise, not covered "
+                       "by this eps; use basis.kind federated_dp (charged) or a fixed basis for a guarantee of the "
+                       "whole release")
+
+
 def privacy_headline(section: dict, who: str = "client") -> str:
     """The one line every command prints about privacy, from a :func:`privacy_section`."""
     if not section.get("private"):
@@ -264,9 +270,10 @@ def privacy_headline(section: dict, who: str = "client") -> str:
     budget = "" if asked is None else {"total": f"; total budget eps = {asked:g}",
                                        "per_round": f"; eps = {asked:g} per round"}.get(section.get("mode") or "", "")
     relation = NEIGHBOURING_TEXT.get(section["neighbouring"], section["neighbouring"])
+    caveat = f"; NOT covered: {section['caveat']}" if section.get("caveat") else ""
     return (f"privacy spent per {who} (worst {who} {section['worst_client']}, {section['releases']} releases): "
             f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} (PLD accountant, {relation} "
-            f"neighbours{budget})")
+            f"neighbours{budget}){caveat}")
 
 
 def privacy_report(ledger, delta: float, *, mode: str | None = None, eps_budget: float | None = None) -> dict:
@@ -313,6 +320,8 @@ def summarize(result, privacy: dict | None = None) -> dict:
             result.ledger, sc.privacy.delta, mode=sc.privacy.mode if sc.privacy.enabled else None,
             eps_budget=sc.privacy.eps if sc.privacy.enabled else None),
     }
+    if getattr(sc.basis, "kind", None) == "pooled" and summary["privacy"].get("private"):
+        summary["privacy"]["caveat"] = POOLED_BASIS_CAVEAT  # printed with eps (privacy_headline)
     sites = getattr(result, "site_reports", None) or {}
     if sites and privacy is None:
         summary["privacy"]["sites"] = site_report_rows(sites, result.ledger)
