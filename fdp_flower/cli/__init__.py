@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file or a results "
                                                             "directory holding checkpoint.npz")
     run.add_argument("--set", action="append", default=[], metavar="A.B=VALUE", help="override a field")
-    run.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
+    run.add_argument("--out", help="results directory (default: <output.dir>/<name>, or <name>-2, ... beside an "
+                                   "earlier run; a --out holding another run is refused, nothing is overwritten)")
     run.set_defaults(func=_cmd_run)
     for register in _registered():
         register(sub)

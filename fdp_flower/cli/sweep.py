@@ -55,7 +55,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         partial = out_dir / PARTIAL_NAME
         kept = len(partial.read_text().splitlines()) if partial.is_file() else 0
         again = " ".join(["fdp-flower sweep", shlex.quote(args.sweep), *(f"--set {shlex.quote(o)}" for o in args.set),
-                          *(["--out", shlex.quote(args.out)] if args.out else []), "--resume"])
+                          # the directory it used (without --out it may have gone beside an earlier sweep)
+                          *(["--out", shlex.quote(str(out_dir))] if args.out or out_dir != Path(default) else []),
+                          "--resume"])
         print(f"interrupted (Ctrl-C): {kept} of {runs} runs kept in {partial}; continue with: {again}",
               file=sys.stderr)
         return 130
@@ -93,7 +95,8 @@ def _register_commands(sub) -> None:
     sweep.add_argument("--set", action="append", default=[], metavar="A.B=VALUE",
                        help="override a field of the base scenario or of the sweep (sweep.repetitions=5)")
     sweep.add_argument("--workers", type=int, help="worker processes (default: sweep.workers or the CPU count)")
-    sweep.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
+    sweep.add_argument("--out", help="results directory (default: <output.dir>/<name>, or <name>-2, ... beside an "
+                                     "earlier sweep; a --out holding another sweep or run is refused)")
     sweep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and exit")
