@@ -9,7 +9,8 @@
 #   ./run.sh scenarios/quickstart.yaml --set algorithm.rho=0.2 --out my-results
 #
 # Arguments are those of `fdp-flower run --engine flower`.  Results go under ./results of the directory
-# you call it from (or --out), never into the SuperLink's working directory.
+# you call it from (or --out), never into the SuperLink's working directory; Flower's whole output of the
+# run (with its final-results dump, which is not repeated on the terminal) is flower.log in the results.
 # FDP_FLOWER_VENV=/path/to/venv: use that environment (fdp-flower's dependencies installed) instead of
 # building ./.venv; nothing is installed then.  PYTHON: the interpreter that builds ./.venv.
 set -euo pipefail
@@ -20,10 +21,27 @@ if [ -n "${FDP_FLOWER_VENV:-}" ]; then
 else
   VENV=$APP_DIR/.venv
   if [ ! -x "$VENV/bin/flwr" ] || [ "$APP_DIR/pyproject.toml" -nt "$VENV/.installed" ]; then
+    # pip's whole output goes to install.log; the terminal gets one line per package (a first install
+    # downloads about 100 packages, Flower and Ray the largest: a few minutes)
+    LOG=$VENV/install.log
+    echo "run.sh: creating $VENV (${PYTHON:-python3} -m venv)"
     "${PYTHON:-python3}" -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --upgrade pip
-    "$VENV/bin/pip" install --quiet -e "$APP_DIR"  # what running needs; the test extras are test.sh's
+    : > "$LOG"
+    step() {  # step <what> <pip arguments...>: run pip, show its progress, stop with its last lines if it fails
+      local what=$1; shift
+      echo "run.sh: $what (pip's output: $LOG)"
+      if ! PYTHONUNBUFFERED=1 "$VENV/bin/pip" install --progress-bar off "$@" 2>&1 | tee -a "$LOG" \
+          | awk '/^ *(Obtaining|Installing build dependencies: started|Collecting|Installing collected|Successfully installed)/ {
+                   line = $0; sub(/^ +/, "", line); sub(/ \(from .*$/, "", line); print "  " substr(line, 1, 150); fflush() }'; then
+        echo "run.sh: pip install $* failed; the end of $LOG:" >&2
+        tail -n 20 "$LOG" >&2
+        exit 1
+      fi
+    }
+    step "upgrading pip" --upgrade pip
+    step "installing fdp-flower and its dependencies (pip install -e .)" -e "$APP_DIR"  # the test extras are test.sh's
     touch "$VENV/.installed"
+    echo "run.sh: installed; starting the run"
   fi
 fi
 # flwr starts flower-superlink / flower-superexec / flwr-simulation by name: put the venv first on PATH;

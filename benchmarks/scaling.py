@@ -5,6 +5,7 @@ next to a plain-Flower app with the same messages and no work (benchmarks/floor_
     python benchmarks/scaling.py            # writes benchmarks/results/scaling.md
     python benchmarks/scaling.py --quick    # a small smoke version (scaling_quick.md)
     python benchmarks/scaling.py --loopback-only   # loopback rows n = 1e5, M = 10 and 100 (scaling_batched.md)
+    python benchmarks/scaling.py --netns [--repeats 2]   # 5 SuperNodes in network namespaces, emulated WAN (scaling_netns.md)
 
 Both apps send one message per SuperNode and round, carrying every client the node hosts (fdp-flower's
 FDP-ADMM strategy with fewer nodes than clients; the floor app mirrors it with the same payload sizes).
@@ -55,6 +56,10 @@ SUPEREXEC_POLL = "0.2"
 #: takes 0.04 s instead of 0.2 s for fdp-flower's 125 files (docs/deployment.md)
 FAST_TMPDIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 DISK_TMPDIR = tempfile.gettempdir()
+#: --netns: a deployment the way sites run it (tests/netns_harness.py): the SuperLink and NETNS_NODES SuperNodes
+#: in network namespaces, TLS, node authentication, node-local files of NETNS_N curves in all for fdp-flower
+NETNS_NODES, NETNS_ROUNDS, NETNS_N = 5, 6, 100_000
+NETNS_SCENARIO = ROOT / "scenarios" / "deploy_demo.yaml"
 #: the per-round line of both apps' ServerApps ("fdp-flower: round 2/3 done in 0.812s", "floor: round 2/3 ...")
 ROUND_LINE = re.compile(r"(?:fdp-flower|floor): round (\d+)/\d+ done in ([\d.]+)s")
 
@@ -154,11 +159,22 @@ class TreeSampler(threading.Thread):
         return out
 
 
+def netns_profile(variant: str):
+    """The link profile of a --netns row: ``wan`` 50 ms one way per chunk and 1% of the TCP segments lost (each
+    costing a 200 ms retransmission timeout); ``lan`` the same relay without delay or loss."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.netns_harness import LinkProfile
+
+    return LinkProfile(delay_s=0.05, loss=0.01, rto_s=0.2) if variant == "wan" else LinkProfile(0.0, 0.0, 0.0)
+
+
 def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, poll: str = "short",
-           superexec_poll: str | None = None, tmpdir: str | None = FAST_TMPDIR) -> dict:
-    """One Flower run: ``kind`` simulation | loopback, ``app`` fdp | floor (``poll``: short | flower);
+           superexec_poll: str | None = None, tmpdir: str | None = FAST_TMPDIR, profile=None) -> dict:
+    """One Flower run: ``kind`` simulation | loopback | netns, ``app`` fdp | floor (``poll``: short | flower);
     ``superexec_poll``: FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the SuperNodes (None: Flower's default, 1 s);
-    ``tmpdir``: TMPDIR of the Flower processes (None: this machine's default)."""
+    ``tmpdir``: TMPDIR of the Flower processes (None: this machine's default); ``profile``: the emulated link
+    of every SuperNode (netns)."""
     from fdp_flower.engines.flower import LoopbackFederation, SimulationFederation
 
     os.environ.update(ENV_ONE_THREAD, FLWR_SUPEREXEC_TASK_POLL_INTERVAL=superexec_poll or "1.0",
@@ -172,6 +188,18 @@ def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, p
         config = {"num-clients": clients, "dim": 10, "grid-points": 100, "rounds": rounds, "poll": poll}
     if kind == "simulation":
         fed = SimulationFederation(work, app_dir=app_dir, num_supernodes=nodes)
+    elif kind == "netns":
+        from tests.netns_harness import NetnsFederation  # netns_profile put the repository on the path
+
+        if app == "fdp":  # node-local files, each site's default privacy policy (noise from OS entropy)
+            from fdp_flower.functional.node_files import load_dataset, partition, write_partitions
+
+            paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=n), nodes), work / "data")
+            config.update(scenario=str(NETNS_SCENARIO),
+                          overrides=f"federation.num_clients={clients}; algorithm.rounds={rounds}")
+        else:
+            paths = [work / "unused-data-path"] * nodes
+        fed = NetnsFederation(work, app_dir=app_dir, data_paths=paths, profile=profile, tmpdir=tmpdir)
     else:
         dummy = work / "unused-data-path"  # simulated data: the node's data-path is not read
         fed = LoopbackFederation(work, app_dir=app_dir, data_paths=[dummy] * nodes)
@@ -186,6 +214,11 @@ def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, p
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     finally:
         measured = sampler.stop() if sampler.is_alive() else {}
+    if getattr(fed, "relay", None) is not None:  # netns: what the emulated WAN carried
+        stats = fed.relay.stats.values()
+        measured.update(wan_mb=sum(x.bytes for x in stats) / 1e6, wan_segments=sum(x.segments for x in stats),
+                        wan_lost=sum(x.lost_segments for x in stats), wan_connections=sum(x.connections for x in stats),
+                        wan_tls=sum(x.tls_connections for x in stats))
     if status != "finished:completed":
         return {"error": status}
     shutil.rmtree(work, ignore_errors=True)  # kept (with the logs) only when the run failed
@@ -388,6 +421,95 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
     path.write_text("\n".join(lines))
 
 
+NETNS_LABELS = {("fdp", "lan"): "namespace deployment (fdp-flower), relay without delay or loss",
+                ("floor", "lan"): "plain Flower (floor, short poll), same network",
+                ("fdp", "wan"): "namespace deployment (fdp-flower), WAN 50 ms / 1%",
+                ("floor", "wan"): "plain Flower (floor, short poll), same WAN"}
+
+
+def write_netns_report(path: Path, rows: list[dict], meta: dict) -> None:
+    """benchmarks/results/scaling_netns.md: the --netns rows, the difference to the floor in each network and
+    what the WAN added to each app."""
+    flag = f" --repeats {meta['repeats']}" if meta.get("repeats", 1) > 1 else ""
+    lines = ["# Scaling benchmark (--netns): a deployment over network namespaces and an emulated WAN", "",
+             f"`python benchmarks/scaling.py --netns{flag}`, one run on {meta['host']} ({meta['cpus']} CPUs, load average "
+             f"at start {meta['load']:.1f}, at the end {meta['load_end']:.1f}; shared with other jobs, so absolute "
+             f"times are noisy and the differences within a pair of rows are what counts); Flower "
+             f"{meta.get('flwr', '?')}; {meta['elapsed'] / 60:.1f} min in all. The run's rows: "
+             f"`benchmarks/results/{path.stem}_rows.jsonl` (this report is re-written from them by "
+             f"`python benchmarks/scaling.py --netns --rows benchmarks/results/{path.stem}_rows.jsonl`).", "",
+             f"The federation of tests/netns_harness.py: a SuperLink and {NETNS_NODES} SuperNodes, each in its own "
+             "network namespace; every SuperNode dials the SuperLink's public address over its own veth link, "
+             "through a TCP relay in a router namespace that emulates the site's wide-area link (the kernel has no "
+             "`netem`): `WAN 50 ms / 1%` delays every chunk 50 ms one way and loses each 1448-byte segment with "
+             "probability 1%, a lost segment delaying its chunk (and, in order, everything behind it) by a 200 ms "
+             "retransmission timeout; `relay without delay or loss` is the same path with neither. TLS (a test CA) "
+             "and node authentication (ssh-keygen ECDSA P-384 keys registered with `flwr supernode register`) are "
+             "on in every row; TMPDIR of every Flower process is /dev/shm, the superexec task poll Flower's default "
+             "(1 s).", "",
+             f"fdp-flower: `scenarios/deploy_demo.yaml` with federation.num_clients = {NETNS_NODES} on node-local "
+             f"files (n = {NETNS_N:.0e} curves of the paper design split evenly, K = 10 fixed cosine basis, "
+             "per-round eps = 0.5, every site's default policy: noise from OS entropy, a site ledger each). Floor: "
+             "benchmarks/floor_app, the same messages (one per SuperNode and round, the same array sizes) and no "
+             "work, replies collected by the same short poll. Round times as in scaling.md: `round (s)` the mean "
+             "over all rounds, `round 1` and `round 2+` from the ServerApp's per-round log line; `WAN MB` the bytes "
+             "the relay carried both ways, `lost` the emulated lost segments of all sites.", "",
+             "| engine | rep | n | M | SuperNodes | rounds | setup (s) | round (s) | round 1 (s) | round 2+ (s) | "
+             "peak RSS (GB) | ClientApp (s) | WAN MB | lost / segments | TLS conns | load | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        res = r["result"]
+        lost = f"{res['wan_lost']} / {res['wan_segments']}" if "wan_lost" in res else "n/a"
+        tls = f"{res['wan_tls']} of {res['wan_connections']}" if "wan_tls" in res else "n/a"
+        lines.append(f"| {NETNS_LABELS[r['app'], r['variant']]} | {r.get('rep', 0) + 1} | {r['n']:.0e} | {r['M']} | "
+                     f"{r['nodes']} | "
+                     f"{r['rounds']} | {fmt(res.get('setup_s'), 2)} | {fmt(res.get('round_s'))} | "
+                     f"{fmt(res.get('round1_s'))} | {fmt(res.get('later_round_s'))} | {fmt(res.get('peak_gb'), 2)} | "
+                     f"{fmt(res.get('clientapp_s'), 2)} | {fmt(res.get('wan_mb'), 2)} | {lost} | {tls} | "
+                     f"{r['load']:.1f} | {res.get('error', '')} |")
+    lines += ["", "## Round time next to the plain-Flower floor", ""]
+
+    def result(app: str, variant: str, rep: int) -> dict:
+        return next((r["result"] for r in rows if (r["app"], r["variant"], r.get("rep", 0)) == (app, variant, rep)), {})
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    reps = sorted({r.get("rep", 0) for r in rows})
+    for variant in ("lan", "wan"):
+        pairs = [(result("fdp", variant, k), result("floor", variant, k)) for k in reps]
+        pairs = [(o, f) for o, f in pairs if "round_s" in o and "round_s" in f]
+        if not pairs:
+            continue
+        ours, floor = mean([o["round_s"] for o, _ in pairs]), mean([f["round_s"] for _, f in pairs])
+        diffs = [o["round_s"] - f["round_s"] for o, f in pairs]
+        later = [o["later_round_s"] - f["later_round_s"] for o, f in pairs if "later_round_s" in o and "later_round_s" in f]
+        lines.append(f"- {NETNS_LABELS['fdp', variant].split(', ', 1)[1]}: fdp-flower {ours:.3f} s a round vs the floor's "
+                     f"{floor:.3f} s (mean of {len(pairs)} back-to-back pair(s)); fdp-flower minus floor per pair "
+                     f"{', '.join(f'{d:+.2f}' for d in diffs)} s (mean {mean(diffs):+.3f} s)"
+                     + (f", rounds 2+ only {', '.join(f'{d:+.2f}' for d in later)} s (mean {mean(later):+.3f} s)"
+                        if later else "")
+                     + f"; the loopback goal of scaling.md (floor + 1 s) {verdict(ours, floor + 1.0)}.")
+    for app in ("fdp", "floor"):
+        lan = [result(app, "lan", k)["round_s"] for k in reps if "round_s" in result(app, "lan", k)]
+        wan = [result(app, "wan", k)["round_s"] for k in reps if "round_s" in result(app, "wan", k)]
+        if lan and wan:
+            lines.append(f"- What the WAN added to a round of {'fdp-flower' if app == 'fdp' else 'the floor'}: "
+                         f"{mean(wan) - mean(lan):+.3f} s ({mean(lan):.3f} -> {mean(wan):.3f} s, means over the "
+                         f"repetitions; these rows ran minutes apart, so the load differs more than within a pair).")
+    lines += ["", "## Notes", "",
+              "- A message costs a SuperNode several HTTP requests to the SuperLink (pull the message and its "
+              "objects, push the reply and its objects, heartbeats), each a round trip through the relay: with 100 "
+              "ms of round-trip time added, the message cycle grows by a number of round trips, the same for both "
+              "apps, since both send one message per SuperNode and round.",
+              "- The relay terminates TCP on both sides: the kernels' flow control runs between each party and the "
+              "relay, so the emulation adds latency and loss stalls but does not limit a transfer by the "
+              "bandwidth-delay product (the messages here are small).",
+              "- Rows ran in the order listed, each fdp-flower row right before its floor (the same load).", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+
+
 def plan_cases(quick: bool, loopback_only: bool = False) -> list[tuple]:
     """(kind, app, variant, n, M, nodes, rounds) in the order they run, ours next to its floor (the same
     load).  Flower rounds: 30 in simulation and 6 in a loopback deployment (round 1 and the mean of the
@@ -480,6 +602,10 @@ def main(argv=None) -> int:
                         help="only the loopback rows n = 1e5, M = 10 and 100 (benchmarks/results/scaling_batched.md)")
     parser.add_argument("--budget-min", type=float, default=60.0,
                         help="start no new case after this many minutes (the rest is reported as skipped)")
+    parser.add_argument("--netns", action="store_true",
+                        help=f"a deployment in network namespaces ({NETNS_NODES} SuperNodes, TLS, node authentication) "
+                             "with and without an emulated WAN, next to the floor app (scaling_netns.md; needs root)")
+    parser.add_argument("--repeats", type=int, default=1, help="--netns: run the four rows this many times")
     parser.add_argument("--rows", type=Path, help="re-write the report from a run's printed rows (JSON lines)")
     parser.add_argument("--select", nargs="+", metavar="KIND:N:M",
                         help="run only these cases, e.g. loopback:1e5:1000 simulation:*:1000 (report: scaling_selected.md)")
@@ -491,7 +617,8 @@ def main(argv=None) -> int:
         _child_inprocess(*args.child)
         return 0
     out = RESULTS / ("scaling_quick.md" if args.quick else "scaling_batched.md" if args.loopback_only
-                     else "scaling_selected.md" if args.select else "scaling.md")
+                     else "scaling_netns.md" if args.netns else "scaling_selected.md" if args.select else "scaling.md")
+    report = write_netns_report if args.netns else write_report
     if args.ratios:
         write_ratios(RESULTS / "scaling_runs.md", [r.resolve() for r in args.ratios])
         print(f"wrote {RESULTS / 'scaling_runs.md'}")
@@ -499,31 +626,41 @@ def main(argv=None) -> int:
     if args.rows:
         records = [json.loads(line) for line in args.rows.read_text().splitlines() if line.startswith("{")]
         meta = next(r["meta"] for r in records if "meta" in r)
-        write_report(out, [r for r in records if "result" in r], meta)
+        report(out, [r for r in records if "result" in r], meta)
         print(f"wrote {out}")
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the running federation on SIGTERM too
-    meta = {"quick": args.quick, "loopback_only": args.loopback_only, "select": args.select, "host": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()[0]}
+    from importlib.metadata import version
+
+    meta = {"quick": args.quick, "loopback_only": args.loopback_only, "select": args.select, "netns": args.netns,
+            "repeats": args.repeats,
+            "host": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()[0], "flwr": version("flwr")}
     print(json.dumps({"start": meta}), flush=True)
     started = time.monotonic()
     rows: list[dict] = []
-    cases = plan_cases(args.quick, args.loopback_only)
-    for kind, app, variant, n, m, nodes, rounds in select_cases(cases, args.select) if args.select else cases:
+    cases = ([("netns", app, variant, NETNS_N, NETNS_NODES, NETNS_NODES, NETNS_ROUNDS, rep)
+              for rep in range(args.repeats) for variant in ("lan", "wan") for app in ("fdp", "floor")] if args.netns
+             else [(*case, 0) for case in plan_cases(args.quick, args.loopback_only)])
+    for kind, app, variant, n, m, nodes, rounds, rep in select_cases(cases, args.select) if args.select else cases:
         if time.monotonic() - started > 60 * args.budget_min:
             result = {"error": f"skipped: the run's {args.budget_min:.0f} min budget was used up"}
         elif kind == "inprocess":
             result = inprocess(n, m, rounds)
+        elif kind == "netns":
+            result = flower(kind, app, n, m, rounds, nodes, profile=netns_profile(variant))
         else:
             result = flower(kind, app, n, m, rounds, nodes, poll="flower" if variant == "send_and_receive" else "short",
                             superexec_poll=SUPEREXEC_POLL if variant == "superexec-0.2" else None,
                             tmpdir=None if variant == "disk-tmp" else FAST_TMPDIR)
         row = {"kind": kind, "app": app, "variant": variant, "n": n, "M": m, "nodes": nodes, "rounds": rounds,
-               "load": os.getloadavg()[0], "result": result}
+               "load": os.getloadavg()[0], "result": result, **({"rep": rep} if kind == "netns" else {})}
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta.update(elapsed=time.monotonic() - started, load_end=os.getloadavg()[0])
     print(json.dumps({"meta": meta}), flush=True)
-    write_report(out, rows, meta)
+    rows_file = out.with_name(f"{out.stem}_rows.jsonl")  # the file the report names, so --rows can re-write it
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in [*rows, {"meta": meta}]))
+    report(out, rows, meta)
     print(f"wrote {out}")
     return 0
 

@@ -46,6 +46,8 @@ __all__ = ["fit", "fit_gradient", "fit_p2p", "load", "load_results", "Functional
 #: fixed (data-independent) bases accepted by name
 FIXED_BASES = ("cosine", "bspline", "fourier")
 PRIVACY_MODES = ("total", "per_round")
+#: the federated DP-FPCA's default pre-basis size (basis.pre_basis_size); a coarser grid gets one function per point
+PRE_BASIS_SIZE = 30
 
 
 class InputError(ValueError):
@@ -159,7 +161,8 @@ def curve_inputs(curves, y=None, *, grid=None, response: str = "response", clien
     return _finite("curves", values), _finite("y", y), grid, labels
 
 
-def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) -> tuple[list[np.ndarray], list]:
+def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int,
+                     what: str = "client_ids") -> tuple[list[np.ndarray], list]:
     """Row indices of every client and the client labels.
 
     ``client_ids`` (n labels): one client per distinct label, in sorted label order.  Else
@@ -172,12 +175,15 @@ def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) ->
     if client_ids is not None:
         if n_clients is not None:
             raise InputError("give n_clients or client_ids, not both")
-        ids = np.asarray(client_ids)
+        raw = client_ids.to_numpy() if hasattr(client_ids, "to_numpy") else client_ids
+        # a list keeps each label's type (np.asarray would turn [0, "a"] into the strings "0", "a")
+        ids = raw if isinstance(raw, np.ndarray) else np.asarray(list(raw), dtype=object)
         if ids.shape != (n,):
-            raise InputError(f"client_ids: expected {n} labels (one per row), got shape {ids.shape}")
+            raise InputError(f"{what}: expected {n} labels (one per row), got shape {ids.shape}")
+        ids = _homogeneous_labels(ids, what)
         labels, inverse = np.unique(ids, return_inverse=True)
         if labels.size < 1:
-            raise InputError("client_ids: no clients")
+            raise InputError(f"{what}: no clients")
         return [np.flatnonzero(inverse == c) for c in range(labels.size)], labels.tolist()
     count = 10 if n_clients is None else n_clients
     if not isinstance(count, (int, np.integer)) or count < 1:
@@ -187,6 +193,23 @@ def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) ->
     order = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SPLIT_STREAM,))).permutation(n)
     bounds = partition_bounds(n, int(count))
     return [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])], list(range(int(count)))
+
+
+def _homogeneous_labels(ids: np.ndarray, what: str) -> np.ndarray:
+    """Client labels of one kind (numbers or strings) and none missing: a label None or NaN would form a
+    client of its own (or fail deep in numpy), and ``0`` next to ``"0"`` would merge two clients."""
+    values = [v.item() if isinstance(v, np.generic) else v for v in ids.tolist()]
+    missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and math.isnan(v))
+               or type(v).__name__ in ("NAType", "NaTType")]
+    if missing:
+        shown = ", ".join(map(str, missing[:3])) + (", ..." if len(missing) > 3 else "")
+        raise InputError(f"{what}: {len(missing)} rows have no client (None or NaN; rows {shown}): give every row "
+                         "a client or drop those rows")
+    kinds = {"str" if isinstance(v, str) else "number" if isinstance(v, (int, float)) and not isinstance(v, bool)
+             else type(v).__name__ for v in values}
+    if len(kinds) > 1:
+        raise InputError(f"{what}: labels of mixed types ({', '.join(sorted(kinds))}); use one type, e.g. all str")
+    return np.asarray(values, dtype=object) if kinds == {"str"} else np.asarray(values)
 
 
 @contextmanager
@@ -280,6 +303,8 @@ def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta:
         return {"kind": "fixed", "family": basis, "n_components": n_components}
     if basis == "fpca":
         section = {"kind": "federated_dp", "n_components": n_components, "private": eps is not None}
+        if len(grid) < PRE_BASIS_SIZE:  # the pre-basis cannot have more functions than the grid has points
+            section["pre_basis_size"] = max(len(grid), n_components)
         if eps is not None:
             section.update(eps=basis_eps, **({"delta": basis_delta} if basis_delta is not None else {}))
             if basis_eps is None:
@@ -295,6 +320,18 @@ def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta:
                      f"got {basis!r}")
 
 
+def _plain_numbers(function):
+    """Numpy scalars given as keyword arguments (``eps=np.float32(1.0)``, ``rounds=np.int64(50)``) taken as the
+    Python numbers they hold, as every check and the scenario schema expect."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **{k: v.item() if isinstance(v, np.generic) else v for k, v in kwargs.items()})
+    return wrapper
+
+
+@_plain_numbers
 def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0, delta: float = 1e-5,
         privacy: str = "total", n_clients: int | None = None, client_ids=None, penalty: str = "l1",
         lam: float = 0.05, rounds: int | None = None, basis="cosine", n_components: int = 10,
@@ -371,7 +408,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         secure_aggregation: t, the clients that may drop out of a round or collude with the server with
         the guarantee kept (default: 0); a round with more missing shares is refused.
     out : path or None
-        Also write a results directory there (readable by :func:`load_results`).
+        Also write a results directory there (readable by :func:`load_results`). Checked before training as
+        ``fdp-flower run --out`` is: a file, an unwritable place or a directory holding another run is an
+        ``OutputError`` (nothing is overwritten), and the directory is locked while the fit writes it.
     data_dir : path or None
         Write one file per client there and fit from the files (default: None, the arrays are passed to the
         engine in memory and nothing is written).
@@ -400,7 +439,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     from fdp_flower.functional.design import CurveData
     from fdp_flower.functional.node_files import file_digest, write_node_file
     from fdp_flower.functional.sources import curves_digest
-    from fdp_flower.outputs.results import write_results
+    from fdp_flower.outputs.results import claimed_output, write_results
 
     if not isinstance(tau, (int, float, np.integer, np.floating)) or isinstance(tau, bool):
         arguments = dict(locals())
@@ -411,7 +450,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     if labels is not None and client_ids is not None:
         raise InputError("give client_ids or client_column, not both")
     parts, _names = client_partition(len(response_values), n_clients=n_clients,
-                                     client_ids=labels if labels is not None else client_ids, seed=seed)
+                                     client_ids=labels if labels is not None else client_ids, seed=seed,
+                                     what=f"client column {client_column!r}" if labels is not None else "client_ids")
     clients = [CurveData(values[rows], response_values[rows], grid) for rows in parts]
     from fdp_flower.functional.fpca import FunctionalBasis
 
@@ -456,9 +496,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         if data_dir is None:
             source = data_source(scenario, clients)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
-        result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
-        if out is not None:
-            write_results(result, out)
+        with claimed_output(out):  # a file, /proc/x or another run's directory: refused before training
+            result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
+            if out is not None:
+                write_results(result, out)
         model = FunctionalModel.from_run(result)
         if accountant is not None:
             accountant.charge(label, model.ledger, noise_key)
@@ -599,6 +640,7 @@ def _topology(graph, degree: int | None) -> dict[str, Any]:
     return {"kind": "custom", "edges": edges}
 
 
+@_plain_numbers
 def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "zcdp_nfl", loss: str = "quantile",
             tau: float = 0.5, penalty: str = "none", lam: float = 0.0, eps: float | None = 1.0, delta: float = 1e-5,
             privacy: str = "total", n_nodes: int | None = None, node_ids=None, rounds: int | None = None,
@@ -649,6 +691,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     from fdp_flower.algorithms.p2p.nonprivate import ADMM_KINDS, converged
     from fdp_flower.algorithms.p2p.plan import build_problem
     from fdp_flower.engines.p2p import run_scenario
+    from fdp_flower.outputs.results import claimed_output
 
     if "steps" in renamed:
         raise InputError("steps: renamed to rounds")
@@ -656,7 +699,7 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         raise TypeError(f"fit_p2p() got an unexpected keyword argument {next(iter(renamed))!r}")
     x, r = tabular_inputs(X, y)
     _check_labels(loss, r)
-    parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed)
+    parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed, what="node_ids")
     if len(parts) < 2:
         raise InputError("n_nodes: a peer-to-peer graph needs at least 2 nodes")
     with _client_directory(data_dir, needed=False) as directory:
@@ -682,15 +725,16 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
-        problem = build_problem(scenario, with_reference=reference, rows=rows)
-        result = run_scenario(scenario, problem=problem, stop=stop)
-        if location:
-            _uncentre(result, problem, location, intercept_share * clip)
-        history = {k: np.asarray(v) for k, v in result.metrics.items()}
-        rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
-        if out is not None:
-            _write_tabular_results(out, scenario, rows, result.ledger, stop_reason=result.stop_reason, iterates={
-                "released": result.released, "duals": result.duals})
+        with claimed_output(out):
+            problem = build_problem(scenario, with_reference=reference, rows=rows)
+            result = run_scenario(scenario, problem=problem, stop=stop)
+            if location:
+                _uncentre(result, problem, location, intercept_share * clip)
+            history = {k: np.asarray(v) for k, v in result.metrics.items()}
+            rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
+            if out is not None:
+                _write_tabular_results(out, scenario, rows, result.ledger, stop_reason=result.stop_reason, iterates={
+                    "released": result.released, "duals": result.duals})
     report = PrivacyReport.from_ledger(result.ledger, delta=scenario.privacy.delta,
                                        mode=scenario.privacy.mode if eps is not None else None, eps_budget=eps)
     node_w = np.asarray(result.released[-1], dtype=float)
@@ -736,6 +780,7 @@ def _nonprivate_p2p_settings(loss: str, tau: float, residual_bound: float, penal
 
 
 # ---------------------------------------------------------------- gradient perturbation
+@_plain_numbers
 def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", tau: float = 0.5,
                  lam: float = 1e-3, constraint: str = "lasso", eps: float | None = 1.0, delta: float = 1e-5,
                  n_clients: int | None = None, client_ids=None, rounds: int | None = None, rho: float | None = None,
@@ -769,6 +814,7 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
     from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
     from fdp_flower.config.base import validate_mapping
     from fdp_flower.engines.gradient_admm import run_scenario
+    from fdp_flower.outputs.results import claimed_output
 
     x, r = tabular_inputs(X, y)
     _check_labels(loss, r)
@@ -790,9 +836,10 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(lambda d, s: validate_mapping(GradientADMMScenario, d, s), data, "fit_gradient()")
-        result, _problem, _ref = run_scenario(scenario, with_reference=reference, rows=rows)
-        if out is not None:
-            _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x})
+        with claimed_output(out):
+            result, _problem, _ref = run_scenario(scenario, with_reference=reference, rows=rows)
+            if out is not None:
+                _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x})
     report = PrivacyReport.from_ledger(result.ledger, delta=delta, mode="total" if eps is not None else None,
                                        eps_budget=eps)
     return TabularModel(np.asarray(result.state.x, dtype=float), gradient_intercept_scale(scenario), scenario,

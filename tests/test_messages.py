@@ -104,8 +104,10 @@ def test_setup_reply_on_node_local_data_carries_no_samples(tmp_path):
             assert arrays["second_moment"].shape == (8, 8) and arrays["mean"].shape == (8,)
             assert metrics["sigma"] > 0  # the summary is released with noise
         assert {"partition-id", "num-examples", "grid-digest", "grid-points", "grid-start",
-                "grid-stop"} <= set(metrics) <= {"partition-id", "num-examples", "grid-digest", "grid-points",
-                                                 "grid-start", "grid-stop", "sensitivity", "sigma", "clipped-rows"}
+                "grid-stop", "grid-matches"} <= set(metrics) <= {
+            "partition-id", "num-examples", "grid-digest", "grid-points", "grid-start", "grid-stop", "grid-matches",
+            "sensitivity", "sigma", "clipped-rows"}
+        assert metrics["grid-matches"] == 1  # the site's grid is the scenario's (check_grid's tolerance)
         assert metrics["num-examples"] == 37 and all(np.ndim(v) == 0 for v in metrics.values())
 
 

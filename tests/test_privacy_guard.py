@@ -99,3 +99,43 @@ def test_engine_total_mode_completes_within_budget():
     result = run_fdp_admm(sc, with_reference=False)
     assert result.stop_reason == "completed" and len(result.history) == 8
     assert 0.97 <= result.ledger.worst_case(DELTA).eps_pld <= 1.0
+
+
+def _counting_rho(monkeypatch) -> list[int]:
+    """Count every read of a release's zcdp_rho (the unit of accounting work)."""
+    from fdp_flower.privacy.ledger import GaussianRelease
+
+    reads = [0]
+    real = GaussianRelease.zcdp_rho.fget
+
+    def counted(self):
+        reads[0] += 1
+        return real(self)
+    monkeypatch.setattr(GaussianRelease, "zcdp_rho", property(counted))
+    return reads
+
+
+@pytest.mark.parametrize("done", [10, 3000])
+def test_per_round_accounting_is_o1_in_the_rounds_done(done, monkeypatch):
+    """The guard's check and the per-round privacy columns read each release once (the ledger's running rho),
+    so one more round costs the same after 10 rounds as after 3000 (issue 30: 5000 rounds took 91 s)."""
+    from fdp_flower.algorithms.fdp_admm.plan import privacy_columns
+    from fdp_flower.privacy.guard import BudgetGuard
+    from fdp_flower.privacy.ledger import GaussianRelease, PrivacyLedger, epsilon_of_rho, rdp_epsilon
+
+    ledger = PrivacyLedger([GaussianRelease(c, t, 0.1, 2.0) for t in range(1, done + 1) for c in range(3)])
+    guard = BudgetGuard(eps_total=1e9, delta_total=1e-5, ledger=ledger)
+    reads = _counting_rho(monkeypatch)
+    privacy_columns(ledger, 1e-5)  # indexes the ledger once
+    planned = [GaussianRelease(c, done + 1, 0.1, 2.0) for c in range(3)]
+    reads[0] = 0
+    guard.check(planned)
+    ledger.record_many(planned)
+    columns = privacy_columns(ledger, 1e-5)
+    assert reads[0] <= 2 * len(planned), reads[0]  # the planned releases, then their entry into the index
+    # the same figures as composing every release
+    releases = ledger.of_client(0)
+    rho = sum(r.zcdp_rho for r in releases)
+    assert columns["zcdp_rho"] == pytest.approx(rho, rel=1e-12)
+    assert columns["eps_pld"] == pytest.approx(epsilon_of_rho(rho, 1e-5), rel=1e-12)
+    assert columns["eps_rdp"] == pytest.approx(rdp_epsilon(releases, 1e-5), rel=1e-9)

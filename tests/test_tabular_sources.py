@@ -170,10 +170,9 @@ def test_fit_p2p_and_fit_gradient_write_nothing_and_match_their_files(tmp_path, 
 
 
 def test_an_in_memory_scenario_without_its_rows_is_one_line():
+    import fdp_flower
     from fdp_flower.algorithms.gradient_admm.plan import data_source
     from fdp_flower.algorithms.p2p.plan import build_problem
-
-    import fdp_flower
 
     x, y = np.random.default_rng(0).standard_normal((40, 2)), np.random.default_rng(1).standard_normal(40)
     grad = fdp_flower.fit_gradient(x, np.sign(y), n_clients=2, rounds=2, eps=None, loss="logistic", reference=False)

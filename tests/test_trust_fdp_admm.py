@@ -89,8 +89,13 @@ def test_run_config_typed_trust_key():
 
 
 def test_site_policy_trust_keys():
-    from fdp_flower.privacy.site_policy import SitePolicy, SitePolicyError, SiteRefusal, check_node_config_keys, \
-        check_trust
+    from fdp_flower.privacy.site_policy import (
+        SitePolicy,
+        SitePolicyError,
+        SiteRefusal,
+        check_node_config_keys,
+        check_trust,
+    )
 
     default = SitePolicy.from_node_config({})
     assert default.accepted_trust == ("site",)

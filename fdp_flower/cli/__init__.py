@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file or a results "
                                                             "directory holding checkpoint.npz")
     run.add_argument("--set", action="append", default=[], metavar="A.B=VALUE", help="override a field")
-    run.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
+    run.add_argument("--out", help="results directory (default: <output.dir>/<name>, or <name>-2, ... beside an "
+                                   "earlier run; a --out holding another run is refused, nothing is overwritten)")
     run.set_defaults(func=_cmd_run)
     for register in _registered():
         register(sub)
@@ -83,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"error: {where}{exc.strerror or _one_line(exc)}", file=sys.stderr)
         return 1
+    finally:  # the results directories this command locked (fdp_flower.outputs.results.claim_output_dir)
+        from fdp_flower.outputs.results import release_all_output_dirs
+
+        release_all_output_dirs()
 
 
 #: what a Ctrl-C leaves behind, per subcommand

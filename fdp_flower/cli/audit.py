@@ -68,8 +68,13 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from fdp_flower.algorithms.registry import load_any_scenario
+    from fdp_flower.config.base import ScenarioError
     from fdp_flower.engines.audit import audit_protocol, format_report, protocol_for
 
+    if not 0 < args.alpha < 1:  # a confidence level: 1 - alpha in (0, 1)
+        raise ScenarioError(f"audit: --alpha must be in (0, 1), got {args.alpha:g}")
+    if not args.tolerance >= 0:
+        raise ScenarioError(f"audit: --tolerance must be >= 0, got {args.tolerance:g}")
     scenario = load_any_scenario(args.scenario, args.overrides)
     protocol = protocol_for(scenario, party=args.party, variant=args.variant, fpca=args.fpca)
     report = audit_protocol(protocol, steps=args.steps, transcripts=args.transcripts, lr_trials=args.trials,

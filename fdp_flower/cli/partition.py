@@ -21,7 +21,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             raise ScenarioError(f"partition: {flag} must be >= {least}, got {value}")
     if not 0 < args.tau < 1:
         raise ScenarioError(f"partition: --tau must be in (0, 1), got {args.tau}")
-    check_output_dir(args.out, "--out")
+    out = check_output_dir(args.out, "--out")
+    # files of an earlier partition would stay beside the new ones (overlapping records, a wrong node count)
+    stale = sorted(p.name for p in out.glob("node-*") if p.suffix in (".npz", ".csv", ".parquet"))
+    if stale:
+        raise ScenarioError(f"partition: --out {args.out} already holds node files ({', '.join(stale[:3])}"
+                            f"{', ...' if len(stale) > 3 else ''}); choose another --out or remove them")
     data = load_dataset(args.dataset, seed=args.seed, n_samples=args.n_samples, tau=args.tau,
                         grid_points=args.grid_points)
     parts = partition(data, args.nodes, shuffle_seed=args.shuffle_seed)

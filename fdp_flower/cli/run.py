@@ -16,7 +16,13 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
     from fdp_flower.config.base import apply_overrides
     from fdp_flower.engines.inprocess import run_fdp_admm
     from fdp_flower.outputs.checkpoint import CHECKPOINT_NAME, read_checkpoint, resolve_checkpoint_path
-    from fdp_flower.outputs.results import check_output_dir, privacy_headline, rescue_run, write_results
+    from fdp_flower.outputs.results import (
+        beside_other_runs,
+        claim_output_dir,
+        privacy_headline,
+        rescue_run,
+        write_results,
+    )
 
     resume = None
     if args.resume:
@@ -30,11 +36,12 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
         print(f"resuming from {resolve_checkpoint_path(args.resume)} after round {resume.round}", flush=True)
     elif args.scenario:
         scenario = load_scenario(args.scenario, args.set)
-        out_dir = args.out or f"{scenario.output.dir}/{scenario.name}"
+        out_dir = args.out or beside_other_runs(f"{scenario.output.dir}/{scenario.name}")
     else:
         raise ScenarioError("fdp-flower run: give a scenario file or --resume <checkpoint or results dir>")
     rounds = scenario.algorithm.rounds
-    check_output_dir(out_dir)  # before the first release, not after training
+    # before the first release, not after training: writable, no other run in it, no other writer (a lock)
+    claim_output_dir(out_dir, resume=resume is not None)
 
     def progress(round_: int, row: dict) -> None:
         if round_ % max(1, rounds // 20) == 0 or round_ == rounds:
@@ -108,12 +115,13 @@ def _scenario_and_out(args: argparse.Namespace):
     """The scenario of ``args`` and its results directory, checked writable and holding its scenario.yaml."""
     from fdp_flower.algorithms.registry import load_any_scenario
     from fdp_flower.config.base import scenario_to_yaml
-    from fdp_flower.outputs.results import check_output_dir
+    from fdp_flower.outputs.results import beside_other_runs, claim_output_dir
 
     if args.resume:
         raise ScenarioError("--resume continues FDP-ADMM runs only (other families write no checkpoints)")
     scenario = load_any_scenario(args.scenario, args.set)
-    out = check_output_dir(args.out or f"{scenario.output.dir}/{scenario.name}")
+    # no other run in it (the default directory: beside an earlier run), no other writer
+    out = claim_output_dir(args.out or beside_other_runs(f"{scenario.output.dir}/{scenario.name}"))
     ResultsDir.at(out).scenario.write_text(scenario_to_yaml(scenario))
     return scenario, out
 

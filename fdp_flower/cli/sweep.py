@@ -31,7 +31,7 @@ def flower_command(scenario_path: str, overrides: list[str], resume: str | None 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fdp_flower.engines.sweep import load_sweep, run_sweep, write_sweep_results
-    from fdp_flower.outputs.results import check_output_dir
+    from fdp_flower.outputs.results import beside_other_runs, claim_output_dir
 
     if args.workers is not None and args.workers < 1:
         raise ScenarioError(f"sweep: --workers must be >= 1, got {args.workers}")
@@ -43,7 +43,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         for i, (labels, _) in enumerate(spec.configs):
             print(f"  config {i}: " + (", ".join(f"{k}={v}" for k, v in labels.items()) or "base"))
         return 0
-    out_dir = check_output_dir(args.out or f"{spec.base.output.dir}/{spec.base.name}")
+    # another sweep or run in it is refused (unless --resume continues it), and so is a second writer
+    default = f"{spec.base.output.dir}/{spec.base.name}"
+    out_dir = claim_output_dir(args.out or (default if args.resume else beside_other_runs(default)),
+                               "sweep directory", resume=args.resume)
     try:
         result = run_sweep(spec, workers=args.workers, progress=not args.no_progress, out_dir=out_dir,
                            resume=args.resume)
@@ -53,7 +56,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         partial = out_dir / PARTIAL_NAME
         kept = len(partial.read_text().splitlines()) if partial.is_file() else 0
         again = " ".join(["fdp-flower sweep", shlex.quote(args.sweep), *(f"--set {shlex.quote(o)}" for o in args.set),
-                          *(["--out", shlex.quote(args.out)] if args.out else []), "--resume"])
+                          # the directory it used (without --out it may have gone beside an earlier sweep)
+                          *(["--out", shlex.quote(str(out_dir))] if args.out or out_dir != Path(default) else []),
+                          "--resume"])
         print(f"interrupted (Ctrl-C): {kept} of {runs} runs kept in {partial}; continue with: {again}",
               file=sys.stderr)
         return 130
@@ -91,7 +96,8 @@ def _register_commands(sub) -> None:
     sweep.add_argument("--set", action="append", default=[], metavar="A.B=VALUE",
                        help="override a field of the base scenario or of the sweep (sweep.repetitions=5)")
     sweep.add_argument("--workers", type=int, help="worker processes (default: sweep.workers or the CPU count)")
-    sweep.add_argument("--out", help="results directory (default: <output.dir>/<name>)")
+    sweep.add_argument("--out", help="results directory (default: <output.dir>/<name>, or <name>-2, ... beside an "
+                                     "earlier sweep; a --out holding another sweep or run is refused)")
     sweep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and exit")
@@ -119,7 +125,13 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
 
     from fdp_flower.algorithms.registry import any_scenario_from_run_config
     from fdp_flower.config.base import APP_DIR, ScenarioError, scenario_to_yaml
-    from fdp_flower.engines.flower import app_run_config, parse_site_config, run_on_simulation
+    from fdp_flower.engines.flower import (
+        FLOWER_LOG,
+        app_run_config,
+        check_node_count,
+        parse_site_config,
+        run_on_simulation,
+    )
 
     try:
         run_config = parse_site_config(args.run_config)
@@ -158,15 +170,16 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
             print(f"resuming from {resume} after round {checkpoint.round}", flush=True)
         from fdp_flower.outputs.results import check_output_dir
 
-        # checked before the SuperLink starts (and before the first release)
-        results = check_output_dir(Path(args.out or run_config.pop("results-dir", None)
-                                        or scenario.output.dir).resolve())
         # One simulated SuperNode per client by default.  A resumed simulated run names each client in
         # its messages (the server cannot tell a node's partition from a first reply once the duals are
         # non-zero) and a node with simulated data simulates the client it is named.
         supernodes = clients_of(scenario) if args.supernodes is None else args.supernodes
         if supernodes < 1:
             raise ScenarioError(f"--supernodes must be >= 1, got {supernodes}")
+        check_node_count(scenario, supernodes, "--supernodes")  # node-local data: one SuperNode per client
+        # checked before the SuperLink starts (and before the first release)
+        results = check_output_dir(Path(args.out or run_config.pop("results-dir", None)
+                                        or scenario.output.dir).resolve())
         print(f"running {scenario_path} ({scenario.algorithm.kind}) on Flower with {supernodes} simulated "
               f"SuperNodes; results under {results}", flush=True)
         print(f"equivalent command on a running SuperLink: "
@@ -188,6 +201,8 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
         if shown:
             print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
     print(f"results: {out}")
+    if (out / FLOWER_LOG).is_file():
+        print(f"Flower's output of the run (its final-results dump included): {out / FLOWER_LOG}")
     return 0
 
 

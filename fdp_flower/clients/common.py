@@ -1,6 +1,9 @@
 """Client-side helpers shared by the client workers: the run's scenario, which partition this node is."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from fdp_flower.wire.flwr import Context
 
 #: (run id, run config) -> parsed scenario: one parse per run and process (a ClientApp process
@@ -79,3 +82,55 @@ def own_rows(context, scenario, named: int | None) -> tuple[int, tuple]:
         return partition, read_node_rows(context.node_config["data-path"])
     except ValueError as exc:  # a data error names the partition (and the file, which the reply replaces)
         raise partition_data_error(partition, exc) from None
+
+
+def check_data_fingerprint(node_config, run_id: int, partition: int, path: str | Path,
+                           records: int | None = None) -> str:
+    """Fingerprint (SHA-256) a site's data file on its first use in run ``run_id`` and refuse another file or
+    changed contents later in the same run (a SuperNode restarted with a different file would mix two data sets
+    in one client).  The record, ``data-fingerprints/run-<id>-partition-<p>.json`` beside the site's ledger
+    (``node_config``'s ``ledger-dir``), survives a restart of the SuperNode; returns the digest.  A mismatch is a
+    ``ValueError`` of one line."""
+    import json
+
+    from fdp_flower.functional.node_files import file_digest
+    from fdp_flower.privacy.site_policy import SitePolicy
+
+    path = Path(path).resolve()
+    digest = file_digest(path)
+    record = (SitePolicy.from_node_config(node_config).ledger_path().parent / "data-fingerprints"
+              / f"run-{int(run_id)}-partition-{int(partition)}.json")
+    try:
+        first = json.loads(record.read_text())
+    except (OSError, ValueError):
+        first = None
+    if isinstance(first, dict) and "sha256" in first:
+        if first["sha256"] != digest:  # the contents decide (a path may be spelled differently)
+            raise ValueError(f"partition {partition}: the data file changed during run {run_id} (first used: "
+                             f"{first.get('path')}, {first.get('records', '?')} records, sha256 "
+                             f"{str(first['sha256'])[:12]}; now: {path}, sha256 {digest[:12]}); a site keeps one "
+                             "data file for a whole run -- put the first file back or start a new run")
+        return digest
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"path": str(path), "sha256": digest, "records": records}))
+        os.replace(tmp, record)
+    except OSError:
+        pass  # no place to keep it: the run goes on unchecked (as without a cache)
+    return digest
+
+
+def check_site_size(policy, partition: int, records: int) -> None:
+    """A site's data file below its policy's ``min-records`` (default 20): a warning in the site's log, or a
+    one-line ``ValueError`` when the policy sets ``refuse-below-min-records``."""
+    import logging
+
+    if records >= policy.min_records:
+        return
+    message = (f"partition {partition}: the data file holds {records} records, fewer than min-records = "
+               f"{policy.min_records}: each release is calibrated to one record, so this site's releases are "
+               "mostly noise")
+    if policy.refuse_below_min_records:
+        raise ValueError(f"{message}; refused (refuse-below-min-records)")
+    logging.getLogger("fdp_flower.site").warning(message)

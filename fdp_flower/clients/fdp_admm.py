@@ -30,7 +30,7 @@ from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import data_source, load_partition, site_plan
 from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
 from fdp_flower.algorithms.protocol import SiteRequest
-from fdp_flower.clients.common import node_partition, partition_data_error
+from fdp_flower.clients.common import check_data_fingerprint, node_partition, partition_data_error
 from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data, public_reason, refusal_reply
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.wire import (
@@ -212,6 +212,8 @@ def _compute_features(context: Context, scenario: Scenario, partition: int,
     path = context.node_config.get("data-path") or None
     try:
         data = load_partition(scenario, partition, path)
+        if path is not None:  # a site's own file: the one it used first in this run, unchanged
+            check_data_fingerprint(context.node_config, context.run_id, partition, path, data.n_samples)
     except ValueError as exc:  # a deployment error names the partition
         raise partition_data_error(partition, exc) from None
     features, clipped = site_features(scenario, basis, data)

@@ -42,6 +42,7 @@ from fdp_flower.privacy.site_policy import (
     check_trust,
     clipped_rows_event,
     clipped_rows_release,
+    site_epsilon,
 )
 
 with warnings.catch_warnings():
@@ -140,6 +141,27 @@ class SiteSession:
         """Refuse ``what`` if it would be released without noise and the site does not allow that."""
         if self.node_local:
             check_private(private, self.policy, what)
+
+    def run_refusal(self, planned: Sequence[GaussianRelease]) -> str | None:
+        """Why the site refuses a run at setup (one line), or None: the run's planned releases, composed with
+        everything the site's ledger holds, would take it past its ``max-eps`` -- two runs on one site are then
+        told apart before either releases, instead of both being refused half-way.  Releases of this run already
+        on record (a restarted setup) count once.  Nothing is recorded; the setup reply carries the reason (the
+        server stops the run), and every release is still checked on its own (a server that ignores it gains
+        nothing)."""
+        if not self.node_local or not planned:
+            return None
+        history = self.ledger.read()
+        done = {h.key for h in history}
+        new = [r for r in (SiteRelease(self.run_id, g, self.requested_source, self.scenario) for g in planned)
+               if r.key not in done]
+        eps_after = site_epsilon([*history, *new], self.policy)
+        if eps_after > self.policy.max_eps:
+            spent = site_epsilon(history, self.policy) if history else 0.0
+            return (f"site refuses the run at setup: its {len(new)} planned releases would bring the site's eps to "
+                    f"{eps_after:.6g} > max-eps {self.policy.max_eps:g} at delta {self.policy.max_delta:g} (spent so "
+                    f"far {spent:.6g}); nothing was released")
+        return None
 
     def noise_for(self, releases: GaussianRelease | Sequence[GaussianRelease]) -> np.random.Generator:
         """The generator of one draw's noise (:data:`fdp_flower.algorithms.protocol.NoiseSource`): ``releases``

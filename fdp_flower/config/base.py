@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Tag, ValidationError
 
 #: The Flower app directory (the repository root, holding ``pyproject.toml`` and ``scenarios/``).
 APP_DIR = Path(__file__).resolve().parents[2]
@@ -35,6 +35,18 @@ def tagged_union(*models: type[BaseModel], default: str | None = None):
     members = tuple(Annotated[m, Tag(m.model_fields["kind"].default)] for m in models)
     return Annotated[Union[members], Discriminator(kind_of)]  # type: ignore[valid-type]
 
+
+
+def _result_name(value: str) -> str:
+    """A scenario name is the last part of its results directory (``<output.dir>/<name>``): one path
+    component, so that a run cannot write outside ``output.dir``."""
+    if "/" in value or "\\" in value or value in (".", "..") or "\0" in value:
+        raise ValueError(f"must be one path component (no '/', '\\', '.' or '..'), got {value!r}")
+    return value
+
+
+#: ``name`` of every scenario (checked by :func:`_result_name`)
+ResultName = Annotated[str, AfterValidator(_result_name)]
 
 
 class ScenarioError(ValueError):

@@ -5,7 +5,11 @@ the one-command demo ``scripts/deploy_demo.sh`` / ``python -m fdp_flower.engines
 deployment tests).  :class:`SimulationFederation`: a SuperLink running Flower's simulation runtime
 (``fdp-flower run --engine flower`` and the Flower end-to-end tests).  Every process is started
 in its own process group and stopped by its PID's group (SIGTERM, then SIGKILL), also on
-failure.  Nothing here touches a process it did not start.
+failure.  Every process started here carries a mark in its environment (``FDP_FLOWER_LAUNCH``), which
+Flower passes on to every process it starts in turn (flower-superexec, flwr-serverapp,
+flwr-simulation, flwr-clientapp, Ray's workers): :meth:`Federation.stop` kills every process with the
+mark, also those that left our process groups and sessions or lost their parent (a SIGKILLed
+SuperLink's ServerApp).  Nothing here touches a process it did not start.
 
 Flower 1.41: the SuperLink serves the Fleet, Control and ServerAppIo APIs over HTTP on
 one port (``--port``); each SuperNode has its own runtime port (``--port``); the
@@ -24,12 +28,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fdp_flower.config.base import APP_DIR
 
 CONNECTION = "loopback"
+#: the environment variable that marks every process a federation started, and every process those start:
+#: ``<federation token>/<name>`` (name: ``superlink``, ``supernode-<i>[-restart<k>]``, ``flwr``)
+LAUNCH_MARK = "FDP_FLOWER_LAUNCH"
 
 
 def free_port() -> int:
@@ -67,6 +75,7 @@ class Federation:
     processes: list[subprocess.Popen] = field(default_factory=list)
     link_port: int = 0
     stopped_pids: list[int] = field(default_factory=list)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def env(self) -> dict[str, str]:
@@ -76,10 +85,56 @@ class Federation:
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
         return env
 
+    def _command(self, name: str, args: list[str]) -> list[str]:
+        """The command line of process ``name`` (``superlink``, ``supernode-<i>[-restart<k>]``, ``flwr``):
+        ``args`` itself here; a federation spread over network namespaces runs it in its party's namespace
+        (tests/netns_harness.py)."""
+        return args
+
+    def _marked_env(self, name: str) -> dict[str, str]:
+        return {**self.env, LAUNCH_MARK: f"{self.token}/{name}"}
+
+    def marked_processes(self, name: str | None = None) -> list[int]:
+        """PIDs of the live processes carrying this federation's mark (``name``: only process ``name``,
+        its restarts and what they started), from ``/proc/<pid>/environ``; empty without /proc."""
+        found = []
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                pid = int(environ.parent.name)
+                if pid == os.getpid():
+                    continue
+                marks = [v for v in environ.read_bytes().split(b"\0") if v.startswith(LAUNCH_MARK.encode() + b"=")]
+                state = (environ.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, ValueError, IndexError):
+                continue
+            if not marks or state == "Z":  # a zombie has exited already (its parent reaps it)
+                continue
+            token, _, started = marks[0].decode(errors="replace").split("=", 1)[1].partition("/")
+            if token == self.token and (name is None or started == name or started.startswith(f"{name}-")):
+                found.append(pid)
+        return sorted(found)
+
+    def _kill_marked(self, name: str | None = None, timeout: float = 10.0) -> list[int]:
+        """SIGKILL every process with this federation's mark (``name``: :meth:`marked_processes`) until none
+        is left; returns their PIDs."""
+        killed: list[int] = []
+        deadline = time.monotonic() + timeout
+        while (alive := self.marked_processes(name)) and time.monotonic() < deadline:
+            for pid in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            killed += [pid for pid in alive if pid not in killed]
+            time.sleep(0.05)
+        for proc in self.processes:  # reap our own children among them
+            proc.poll()
+        return killed
+
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 (closed right after the spawn)
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=self.env, cwd=self.workdir, start_new_session=True)
+        proc = subprocess.Popen(self._command(name, args), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=self._marked_env(name), cwd=self.workdir, start_new_session=True)
         log.close()
         self.processes.append(proc)
         return proc
@@ -94,12 +149,16 @@ class Federation:
         raise NotImplementedError
 
     def _flwr(self, *args: str, timeout: float) -> subprocess.CompletedProcess:
-        return subprocess.run([_bin("flwr"), *args], env=self.env, cwd=self.app_dir, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+        try:
+            return subprocess.run(self._command("flwr", [_bin("flwr"), *args]), env=self._marked_env("flwr"),
+                                  cwd=self.app_dir, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired:  # a TimeoutError: callers report it in one line
+            raise TimeoutError(f"flwr {args[0]} still running after {timeout:.0f}s") from None
 
     def _flwr_streamed(self, *args: str, echo, timeout: float) -> str:
         """Run ``flwr`` and pass each output line to ``echo`` as it arrives; returns the whole output."""
-        proc = subprocess.Popen([_bin("flwr"), *args], env=self.env, cwd=self.app_dir, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(self._command("flwr", [_bin("flwr"), *args]), env=self._marked_env("flwr"), cwd=self.app_dir, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
         lines, deadline = [], time.monotonic() + timeout
         try:
@@ -177,8 +236,10 @@ class Federation:
         return found
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM every started process group (supernodes first), then SIGKILL what is left,
-        including descendants that left our process groups."""
+        """SIGTERM every started process group (supernodes first), then SIGKILL what is left: the groups,
+        their descendants and every process with this federation's mark (:data:`LAUNCH_MARK`), which
+        finds the processes that left our groups and lost their parent too (the ServerApp of a
+        SIGKILLed SuperLink is reparented to init)."""
         descendants = self._descendants()
         for proc in reversed(self.processes):
             if proc.poll() is None:
@@ -204,7 +265,8 @@ class Federation:
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ProcessLookupError, PermissionError):
                 pass
-        self.stopped_pids = [p.pid for p in self.processes] + descendants
+        marked = self._kill_marked()
+        self.stopped_pids = [p.pid for p in self.processes] + descendants + [p for p in marked if p not in descendants]
         self.processes.clear()
 
     def __enter__(self) -> Federation:
@@ -301,7 +363,7 @@ class LoopbackFederation(Federation):
                 "--runtime-api-address", f"127.0.0.1:{port}", "--insecure",
                 *[arg for pin in self.app_pins[i] for arg in ("--pin", pin)]]
         own = str(Path(__file__).resolve().parents[2])
-        env = self.env
+        env = self._marked_env(f"supernode-{i}-launcher")  # stopped with its SuperNode (kill_node, stop)
         env["PYTHONPATH"] = os.pathsep.join([own, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
         log = open(self.workdir / f"{name or f'site-clientapp-{i}'}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -311,7 +373,8 @@ class LoopbackFederation(Federation):
         self.launcher_processes[i] = proc
 
     def kill_node(self, i: int) -> None:
-        """SIGKILL SuperNode ``i`` and its ClientApp processes (its process group, and its site launcher's) at once."""
+        """SIGKILL SuperNode ``i`` and its ClientApp processes (its process group, its site launcher's, then
+        every process with its mark) at once."""
         for proc in (self.node_processes[i], self.launcher_processes.get(i)):
             if proc is None:
                 continue
@@ -320,6 +383,7 @@ class LoopbackFederation(Federation):
             except ProcessLookupError:
                 pass
             proc.wait()
+        self._kill_marked(f"supernode-{i}")  # its flower-superexec runs in a session of its own
 
     def restart_node(self, i: int) -> subprocess.Popen:
         """Start SuperNode ``i`` again with the same node config (its ledger dir included)."""
@@ -365,6 +429,29 @@ class SimulationFederation(Federation):
         return self
 
 
+def has_node_local_data(scenario) -> bool:
+    """True when each client's data is a node's own file (``data.kind: node_files``): one SuperNode per client."""
+    from fdp_flower.functional.sources import SOURCES
+
+    kind = getattr(getattr(scenario, "data", None), "kind", None)
+    return kind in SOURCES and bool(SOURCES[kind].node_local)
+
+
+def check_node_count(scenario, nodes: int, what: str) -> None:
+    """On node-local data every SuperNode is one client's site: ``nodes`` (given by the option ``what``) must
+    equal the scenario's ``federation.num_clients``; otherwise one :class:`ScenarioError` line naming both,
+    before any process starts (the ServerApp would stop in its setup phase, after the federation started)."""
+    from fdp_flower.config.base import ScenarioError
+
+    if not has_node_local_data(scenario):
+        return
+    clients = int(scenario.federation.num_clients)
+    if nodes != clients:
+        raise ScenarioError(f"{what} {nodes} does not match the scenario's {clients} clients "
+                            f"(federation.num_clients): on node-local data (data.kind: node_files) each SuperNode "
+                            f"is one client's site; give {clients} SuperNodes or set federation.num_clients={nodes}")
+
+
 def is_flower_app_dir(path: Path) -> bool:
     """True when ``path`` holds the pyproject.toml with this project's ``[tool.flwr.app]`` section."""
     try:
@@ -381,6 +468,38 @@ def app_run_config(app_dir: Path = APP_DIR) -> dict[str, object]:
         return dict(tomllib.load(fh)["tool"]["flwr"]["app"]["config"])
 
 
+#: the file of a results directory that holds the whole output of ``flwr run --stream`` (``run_on_simulation``)
+FLOWER_LOG = "flower.log"
+_LOG_PREFIX = re.compile(r"^(?:\x1b\[[0-9;]*m)?[A-Z]+ ?(?:\x1b\[0m)?\s*:\s{0,6}")
+
+
+class HideFinalResults:
+    """An ``echo`` that passes every line on except Flower's final-results dump: the block a Message-API
+    strategy logs after its last round ("Final results:", then every round's metrics again, about 550
+    lines for 30 rounds), which repeats what the per-round lines and the results files already hold.
+    In its place one line says how many lines were held back and where they are (``where``)."""
+
+    def __init__(self, echo, where: str):
+        self.echo, self.where, self.hidden, self.inside = echo, where, 0, False
+
+    def __call__(self, line: str) -> None:
+        message = _LOG_PREFIX.sub("", line, count=1)
+        if message.strip() == "Final results:":
+            self.inside, self.hidden = True, self.hidden + 1
+            return
+        if self.inside and (message.strip() == "" or message.startswith("\t")):
+            self.hidden += 1
+            return
+        self.close()
+        self.echo(line)
+
+    def close(self) -> None:
+        """End of a held-back block: say so (once per block)."""
+        if self.inside:
+            self.inside = False
+            self.echo(f"(Flower's final-results dump, {self.hidden} lines, not repeated here: {self.where})")
+
+
 def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: str | Path, *,
                       resume: str | None = None, num_supernodes: int = 2, run_config: dict | None = None,
                       echo=print, timeout: float = 3600.0,
@@ -395,7 +514,9 @@ def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: s
     caller's working directory here, so the ServerApp (working directory: the work dir) writes where
     the caller expects.  ``run_config``: further typed keys of ``[tool.flwr.app.config]``
     (``num-server-rounds``, ``eps``, ...).  ``resume``: a checkpoint of the same FDP-ADMM scenario to
-    continue from.
+    continue from.  ``echo`` gets every line of ``flwr run --stream`` but Flower's final-results dump
+    (:class:`HideFinalResults`); the whole output is written to ``flower.log`` in the run's results
+    directory.
     """
     if not is_flower_app_dir(app_dir):
         raise RuntimeError(f"{app_dir} is not the fdp-flower Flower app (no [tool.flwr.app] in pyproject.toml): "
@@ -406,14 +527,20 @@ def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: s
     with SimulationFederation(work, app_dir=app_dir, num_supernodes=num_supernodes) as fed:
         echo(f"SuperLink (simulation runtime, {num_supernodes} SuperNodes) on 127.0.0.1:{fed.link_port}, "
              f"PID {fed.processes[0].pid}; logs in {work}")
-        run_id, status = fed.run({**(run_config or {}), "scenario": str(Path(scenario).resolve()),
-                                  "overrides": "; ".join(overrides), "results-dir": str(results),
-                                  "resume": resume or ""}, timeout=timeout, echo=echo)
+        quiet = HideFinalResults(echo, f"{FLOWER_LOG} in the results directory")
+        try:
+            run_id, status = fed.run({**(run_config or {}), "scenario": str(Path(scenario).resolve()),
+                                      "overrides": "; ".join(overrides), "results-dir": str(results),
+                                      "resume": resume or ""}, timeout=timeout, echo=quiet)
+        finally:
+            quiet.close()
         if status != "finished:completed":
             details = fed.run_info(run_id).get("status-details", "")
             echo(f"run {run_id} ended {status}: {details}")
             echo(fed.logs())
     found = sorted(results.glob(f"*-run{run_id}"))
+    if found and (work / "flwr_run.log").is_file():
+        shutil.copyfile(work / "flwr_run.log", found[-1] / FLOWER_LOG)
     if status == "finished:completed":  # the logs are kept only when something went wrong
         shutil.rmtree(work, ignore_errors=True)
     return run_id, status, (found[-1] if found else None), work
@@ -421,13 +548,19 @@ def run_on_simulation(scenario: str | Path, overrides: list[str], results_dir: s
 
 def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides: str = "",
              workdir: str | None = None, fmt: str = "npz", n_samples: int = 3000, seed: int = 0,
-             site_config: dict | None = None) -> int:
+             site_config: dict | None = None, timeout: float = 3600.0) -> int:
     """Partition ``dataset`` into ``nodes`` files, deploy on loopback, run ``scenario``, print the result.
 
-    ``site_config``: node config keys of every site's policy (e.g. ``{"allow-nonprivate": True}``).
+    ``site_config``: node config keys of every site's policy (e.g. ``{"allow-nonprivate": True}``);
+    ``timeout``: seconds the run may take.
     """
+    from fdp_flower.algorithms.registry import any_scenario_from_run_config
     from fdp_flower.functional.node_files import load_dataset, partition, write_partitions
 
+    # the ServerApp's own parsing, here first: a bad scenario or a node count that does not match it fails
+    # in one line before any process starts
+    check_node_count(any_scenario_from_run_config({"scenario": str(Path(scenario).resolve()), "overrides": overrides}),
+                     nodes, "--nodes")
     work = Path(workdir or tempfile.mkdtemp(prefix="fdp-deploy-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     paths = write_partitions(partition(load_dataset(dataset, seed=seed, n_samples=n_samples), nodes),
@@ -438,7 +571,7 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
         print(f"SuperLink on 127.0.0.1:{fed.link_port}; {nodes} SuperNodes; PIDs "
               f"{[p.pid for p in fed.processes]}", flush=True)
         run_id, status = fed.run({"scenario": str(Path(scenario).resolve()), "overrides": overrides,
-                                  "results-dir": str(results)})
+                                  "results-dir": str(results)}, timeout=timeout)
         print(f"run {run_id}: {status}", flush=True)
         if status != "finished:completed":
             print(fed.logs(), file=sys.stderr)
@@ -468,12 +601,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site-config", default="", help="node config keys of every site's privacy policy, e.g. "
                                                           "'max-eps=4 allow-nonprivate=true' (docs/deployment.md)")
     parser.add_argument("--workdir", help="directory for data, logs and results (default: a new temp dir)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds the run may take (default 3600)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the processes are stopped on SIGTERM too
     try:
         return run_demo(args.scenario, dataset=args.dataset, nodes=args.nodes, overrides=args.set,
                         workdir=args.workdir, fmt=args.format, n_samples=args.n_samples,
-                        site_config=parse_site_config(args.site_config))
+                        site_config=parse_site_config(args.site_config), timeout=args.timeout)
     except (ValueError, RuntimeError, TimeoutError) as exc:  # NodeDataError, ScenarioError, run failures
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -209,7 +209,13 @@ def phase_noise_sigma(basis_config, m: int) -> float | None:
 
 
 def scenario_pre_basis(scenario, grid: np.ndarray) -> FunctionalBasis:
+    """The scenario's pre-basis on ``grid``; B functions need at least B grid points (one line otherwise)."""
     b = scenario.basis
+    if b.pre_basis_size > grid.size:
+        raise ValueError(f"basis.pre_basis_size = {b.pre_basis_size} exceeds the grid's {grid.size} points: the "
+                         f"federated DP-FPCA expands every curve in a fixed pre-basis of B functions (default 30) and "
+                         f"needs at least B grid points; set basis.pre_basis_size <= {grid.size} (and >= "
+                         "basis.n_components) or use a finer grid")
     return pre_basis(b.pre_basis, b.pre_basis_size, grid)
 
 

@@ -406,7 +406,35 @@ def _history(out: Path):
 
 def _ledger(out: Path) -> PrivacyLedger:
     path = ResultsDir.at(out).ledger_to_read()
-    return PrivacyLedger() if path is None else read_ledger_csv(path)
+    if path is None:
+        raise ValueError(f"{out}: no ledger.csv (the record of every release): the run's privacy cannot be reported "
+                         "without it")
+    return read_ledger_csv(path)
+
+
+def verify_ledger(out: Path, summary: dict, ledger: PrivacyLedger) -> None:
+    """The ledger of a results directory against its ``summary.json``: every client's count of releases (the
+    summary's ``privacy.per_client``) and whether the run was private.  A ledger cut (at a line boundary too),
+    edited or replaced is a ``ValueError`` of one line -- never a smaller eps or "not private" recomputed from
+    what is left.  Without a summary (a run that did not finish) there is nothing to check against."""
+    section = summary.get("privacy") if summary else None
+    if not isinstance(section, dict):
+        return
+    counts: dict[int, int] = {}
+    for release in ledger.releases:
+        counts[int(release.client)] = counts.get(int(release.client), 0) + 1
+    recorded = {int(row["client"]): int(row["releases"]) for row in section.get("per_client") or []}
+    problem = None
+    if bool(section.get("private")) != bool(counts) and "error" not in section:
+        problem = (f"the summary says {'private' if section.get('private') else 'not private'}, the ledger holds "
+                   f"{sum(counts.values())} releases")
+    elif recorded and recorded != counts:
+        client = next(c for c in sorted(set(recorded) | set(counts)) if recorded.get(c) != counts.get(c))
+        problem = (f"client {client}: {counts.get(client, 0)} releases on record, the summary counts "
+                   f"{recorded.get(client, 0)}")
+    if problem:
+        raise ValueError(f"{out}: ledger.csv does not match summary.json ({problem}); the ledger was cut or "
+                         "edited, so the run's eps cannot be verified from it")
 
 
 def load_results(directory: str | Path):
@@ -416,7 +444,8 @@ def load_results(directory: str | Path):
 
     Reads ``scenario.yaml`` (the family and every setting), the released estimate
     (``final.npz``, or ``iterates.npz`` for peer-to-peer runs), the basis (``final.npz``),
-    ``ledger.csv`` and ``history.csv`` (or their ``.json`` forms) and ``summary.json``.
+    ``ledger.csv`` and ``history.csv`` (or their ``.json`` forms) and ``summary.json``; the ledger is checked
+    against the summary first (:func:`verify_ledger`: a missing, cut or edited ledger is a ``ValueError``).
     """
     from fdp_flower.algorithms.registry import family, parse_any_scenario, resolve
     from fdp_flower.config.base import read_yaml_file
@@ -430,6 +459,7 @@ def load_results(directory: str | Path):
     scenario = parse_any_scenario(read_yaml_file(files.scenario), str(files.scenario))
     summary = json.loads(files.summary.read_text()) if files.summary.is_file() else {}
     ledger = _ledger(out)
+    verify_ledger(out, summary, ledger)
     delta, mode, eps = _scenario_privacy(scenario)
     privacy = PrivacyReport.from_ledger(ledger, delta=delta, mode=mode, eps_budget=eps)
     return resolve(family(scenario.algorithm.kind).read_results)(out, scenario, summary, privacy, ledger)

@@ -1,6 +1,7 @@
 """Saving a run: resolved scenario, per-round history (CSV), ledger, summary (JSON), final state."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
@@ -19,6 +20,7 @@ from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.config.base import scenario_to_yaml
 from fdp_flower.functional.fpca import FunctionalBasis
+from fdp_flower.outputs import layout
 from fdp_flower.outputs.layout import ResultsDir
 from fdp_flower.privacy import PrivacyLedger
 
@@ -81,6 +83,88 @@ def check_output_dir(path: str | Path, what: str = "results directory") -> Path:
     except OSError as exc:
         raise OutputError(f"{what} {path}: not writable ({exc.strerror or exc})") from None
     return path
+
+
+#: files that mark a directory as holding a run's or a sweep's results (checkpoint.npz: an unfinished run)
+RUN_MARKERS = (layout.SUMMARY_FILE, layout.LEDGER_FILE, layout.HISTORY_FILE, layout.CHECKPOINT_FILE, layout.FINAL_FILE,
+               "sweep.yaml", "runs.csv", "runs.partial.jsonl", layout.SCENARIO_FILE)
+#: the lock file a writer holds (``fcntl.flock``) for as long as it writes the directory
+LOCK_NAME = ".fdp-flower.lock"
+_held_locks: dict[Path, int] = {}
+
+
+def claim_output_dir(path: str | Path, what: str = "results directory", *, resume: bool = False,
+                     option: str = "--out") -> Path:
+    """:func:`check_output_dir`, then make sure nothing is overwritten: take the directory's lock (another
+    process writing it is refused) and refuse a directory that already holds a run or a sweep
+    (:data:`RUN_MARKERS`) unless ``resume`` continues it.  Both are an :class:`OutputError` of one line, raised
+    before any training or release.  The lock is held until :func:`release_output_dir` or the process ends."""
+    path = check_output_dir(path, what)
+    key = path.resolve()
+    if key in _held_locks:
+        raise OutputError(f"{what} {path}: this process is already writing it (a run or fit still open)")
+    import fcntl
+
+    fd = os.open(key / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise OutputError(f"{what} {path}: another run (pid {holder}) is writing it; wait for it or choose "
+                          f"another {option}") from None
+    if not resume:
+        found = [name for name in RUN_MARKERS if (key / name).exists()]
+        if found:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise OutputError(f"{what} {path}: holds another run ({', '.join(found[:3])}); nothing is overwritten "
+                              f"-- choose another {option} or remove it")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held_locks[key] = fd
+    return path
+
+
+def beside_other_runs(default: str | Path) -> Path:
+    """The default results directory ``<output.dir>/<name>`` when it holds no run, else the first of
+    ``<name>-2``, ``<name>-3``, ... that holds none: a run without ``--out`` goes beside an earlier run of the same
+    name instead of over it (an explicit ``--out`` holding a run is refused by :func:`claim_output_dir`)."""
+    default = Path(default)
+    candidate, k = default, 1
+    while candidate.is_dir() and any((candidate / name).exists() for name in RUN_MARKERS):
+        k += 1
+        candidate = default.with_name(f"{default.name}-{k}")
+    if candidate != default:
+        print(f"{default} holds an earlier run; this one goes beside it: {candidate}", flush=True)
+    return candidate
+
+
+def release_output_dir(path: str | Path) -> None:
+    """Give up the lock :func:`claim_output_dir` took on ``path`` (nothing if it holds none)."""
+    fd = _held_locks.pop(Path(path).resolve(), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
+def release_all_output_dirs() -> None:
+    """Give up every lock this process holds (the end of a CLI command)."""
+    for path in list(_held_locks):
+        release_output_dir(path)
+
+
+@contextlib.contextmanager
+def claimed_output(path, what: str = "results directory", *, option: str = "out="):
+    """``with claimed_output(out):`` -- :func:`claim_output_dir` on entry (nothing when ``path`` is None), the lock
+    released on exit; the Python API's ``out=`` checks its directory this way before training."""
+    if path is None:
+        yield None
+        return
+    claimed = claim_output_dir(path, what, option=option)
+    try:
+        yield claimed
+    finally:
+        release_output_dir(claimed)
 
 
 def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
@@ -185,6 +269,12 @@ def _format_eps(eps) -> str:
     return "inf" if eps is None else f"{eps:.4f}" if eps < 1e6 else f"{eps:.4g}"
 
 
+#: what a private run with ``basis.kind: pooled`` does not cover (docs/privacy.md, "Not covered")
+POOLED_BASIS_CAVEAT = ("the basis (basis.kind pooled) is an FPCA of every site's curves without noise, not covered "
+                       "by this eps; use basis.kind federated_dp (charged) or a fixed basis for a guarantee of the "
+                       "whole release")
+
+
 def privacy_headline(section: dict, who: str = "client") -> str:
     """The one line every command prints about privacy, from a :func:`privacy_section`."""
     if not section.get("private"):
@@ -196,9 +286,10 @@ def privacy_headline(section: dict, who: str = "client") -> str:
     accountant = "RDP accountant of the Skellam secure sums" if section.get("accountant") == "rdp" else "PLD accountant"
     note = section.get("note") or ""
     trusted = "; NO protection against the server (trusted aggregator)" if "trusted_aggregator" in note else ""
+    caveat = f"; NOT covered: {section['caveat']}" if section.get("caveat") else ""
     return (f"privacy spent per {who} (worst {who} {section['worst_client']}, {section['releases']} releases): "
             f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} ({accountant}, {relation} "
-            f"neighbours{budget}{trusted})")
+            f"neighbours{budget}{trusted}){caveat}")
 
 
 def privacy_report(ledger, delta: float, *, mode: str | None = None, eps_budget: float | None = None) -> dict:
@@ -250,6 +341,8 @@ def summarize(result, privacy: dict | None = None) -> dict:
             result.ledger, sc.privacy.delta, mode=sc.privacy.mode if sc.privacy.enabled else None,
             eps_budget=sc.privacy.eps if sc.privacy.enabled else None),
     }
+    if getattr(sc.basis, "kind", None) == "pooled" and summary["privacy"].get("private"):
+        summary["privacy"]["caveat"] = POOLED_BASIS_CAVEAT  # printed with eps (privacy_headline)
     sites = getattr(result, "site_reports", None) or {}
     if sites and privacy is None:
         summary["privacy"]["sites"] = site_report_rows(sites, result.ledger)

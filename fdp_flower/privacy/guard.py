@@ -18,13 +18,14 @@ from fdp_flower.privacy.calibration import _group_multipliers
 from fdp_flower.privacy.ledger import (
     GaussianRelease,
     PrivacyLedger,
-    gaussian_epsilon,
+    epsilon_of_rho,
     has_skellam,
     pld_epsilon,
     rdp_epsilon,
     skellam_aware_epsilon,
     zcdp_epsilon,
 )
+from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
 log = logging.getLogger(__name__)
 
@@ -129,13 +130,15 @@ class BudgetGuard:
         for r in planned:
             by_client.setdefault(r.client, []).append(r)
         for client in sorted(by_client):
-            recorded = self.ledger.of_client(client)
-            if has_skellam(recorded + by_client[client]):
-                eps_after = skellam_aware_epsilon(recorded + by_client[client], self.delta_total)
-            elif self.accountant == "pld":  # the ledger's PLD figure in closed form (one call per client)
-                eps_after = gaussian_epsilon(recorded + by_client[client], self.delta_total)
+            if has_skellam(by_client[client]):  # secure aggregation: the Skellam shares' own RDP accounting
+                eps_after = skellam_aware_epsilon(self.ledger.of_client(client) + by_client[client], self.delta_total)
+            elif self.accountant in ("pld", "zcdp"):
+                # functions of the composed rho: the ledger's running sum plus the planned releases' (O(1) in
+                # the rounds done); "pld" is the ledger's PLD figure in closed form (:func:`gaussian_epsilon`)
+                rho = self.ledger.zcdp_rho(client) + float(sum(r.zcdp_rho for r in by_client[client]))
+                eps_after = (epsilon_of_rho if self.accountant == "pld" else zcdp_to_dp)(rho, self.delta_total)
             else:
-                eps_after = self.epsilon(recorded + by_client[client])
+                eps_after = self.epsilon(self.ledger.of_client(client) + by_client[client])
             if eps_after > self.eps_total:
                 return BudgetExhausted(
                     client=client, round=min(r.round for r in by_client[client]), eps_after=eps_after,

@@ -246,6 +246,24 @@ def rdp_epsilon(releases, delta: float) -> float:
     return eps if math.isfinite(eps) else zcdp_epsilon(releases, delta)
 
 
+def rdp_epsilon_of_rho(rho: float, delta: float) -> float:
+    """:func:`rdp_epsilon` from the composed zCDP rho of Gaussian releases, in O(1): a Gaussian of multiplier
+    z_t has RDP alpha / (2 z_t^2) = alpha rho_t at every order alpha, so the composition's RDP is alpha rho,
+    the RDP of the one Gaussian of multiplier 1 / sqrt(2 rho) (the per-round history column)."""
+    if not rho > 0:
+        return 0.0
+    from dp_accounting import GaussianDpEvent, rdp
+
+    try:
+        with np.errstate(all="ignore"):
+            acc = rdp.RdpAccountant()
+            acc.compose(GaussianDpEvent(1.0 / math.sqrt(2.0 * rho)))
+            eps = float(acc.get_epsilon(delta))
+    except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError):
+        eps = math.nan
+    return eps if math.isfinite(eps) else zcdp_to_dp(rho, delta)
+
+
 def composed_multiplier(releases) -> float:
     """z of the one Gaussian equivalent to the composition: (sum_t (Delta_t / sigma_t)^2)^(-1/2).
 

@@ -75,9 +75,11 @@ MIN_SECRET_BYTES = 16
 
 SITE_KEYS = ("max-eps", "max-delta", "neighbouring", "allow-nonprivate", "allow-seeded-noise",
              "noise-secret-file", "ledger-dir", "ledger-head-dir", "clipped-rows-sigma", "accept-trust",
-             "collusion-threshold")
+             "collusion-threshold", "min-records", "refuse-below-min-records")
 #: ``privacy.trust`` values a site may accept (``accept-trust``).
 TRUST_MODES = ("site", "secure_aggregation", "trusted_aggregator")
+#: Default least number of records of a site's data file (below it the site warns; see ``min-records``)
+MIN_SITE_RECORDS = 20
 #: Node config keys that are not the policy's but are known: Flower's simulation sets the first two
 #: (a deployment's node config names them itself), the ClientApp reads ``data-path``.
 FLOWER_NODE_KEYS = ("partition-id", "num-partitions")
@@ -135,6 +137,11 @@ class SitePolicy(_Frozen):
     clipped_rows_sigma: float | None = Field(None, alias="clipped-rows-sigma", gt=0, allow_inf_nan=False,
                                              description="release the count of clipped rows with Gaussian noise of "
                                                          "this sigma, charged (default: never release it)")
+    min_records: int = Field(MIN_SITE_RECORDS, alias="min-records", ge=1,
+                             description="a data file of fewer records is reported with a warning (the noise is "
+                                         "calibrated to one record, so a tiny site's releases are mostly noise)")
+    refuse_below_min_records: bool = Field(False, alias="refuse-below-min-records",
+                                           description="refuse to take part instead of warning")
 
     accept_trust: str = Field("site", alias="accept-trust", min_length=1, max_length=200,
                               description="comma-separated trust modes the site takes part in (default: site only)")

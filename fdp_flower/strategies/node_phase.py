@@ -74,6 +74,8 @@ def unpack_setup_reply(reply: Message) -> tuple[int, dict | None, dict | None, s
     metrics = dict(reply.content["metrics"])
     if (report := site_report(reply)) is not None:
         metrics["site"] = report
+    if "site-setup-refusal" in reply.content:  # fdp_flower.clients.node_phase.SETUP_REFUSAL
+        metrics["run-refused"] = str(reply.content["site-setup-refusal"]["reason"])
     return node, metrics, unpack_arrays(reply.content["arrays"]), None
 
 
@@ -95,6 +97,14 @@ def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None
     missing = sorted(set(range(num)) - set(by_client))
     if missing:
         raise SetupError(f"no setup reply from clients {missing} (is every node's partition-id set?)")
+    refused = [f"client {client}: {metrics['run-refused']}" for client, (_n, metrics, _a) in sorted(by_client.items())
+               if metrics.get("run-refused")]
+    if refused:  # a run that cannot finish within a site's remaining budget: stopped before any release
+        raise SetupError("; ".join(refused))
+    # each node compared its grid with the scenario's by the in-process rule (check_grid, GRID_RTOL): one
+    # tolerance everywhere; the digests only name the groups of a mismatch (and decide for a node that does not say)
+    if all(int(metrics.get("grid-matches", 0)) == 1 for _node, metrics, _arrays in by_client.values()):
+        return by_client
     expected = grid_digest(grid_of(scenario))
     groups: dict[int, list[int]] = {}
     for client, (_node, metrics, _arrays) in sorted(by_client.items()):

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import (
+    ResultName,
     _Frozen,
     apply_overrides,
     read_yaml_file,
@@ -149,8 +150,8 @@ class Scenario(_Frozen):
     are never changed.
     """
 
-    name: str = Field("scenario", min_length=1, max_length=200, description="name used for result files")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds data and noise")
+    name: ResultName = Field("scenario", min_length=1, max_length=200, description="name used for result files")
+    seed: int = Field(0, ge=0, le=2**63 - 1, strict=True, description="seeds data and noise")
     data: DataSource = Field(PaperSimulation(), description="where the curves and responses come from")
     federation: FederationConfig = Field(FederationConfig(), description="clients")
     basis: Basis = Field(PooledBasis(), description="functional basis: curves -> K scores")

@@ -307,15 +307,19 @@ def privacy_columns(ledger, delta: float) -> dict[str, float]:
     """Per-round privacy figures of the worst-off client: ``eps_pld`` (the headline accountant's eps, in
     closed form from the composed rho: :func:`fdp_flower.privacy.ledger.epsilon_of_rho`), then the
     looser ``eps_rdp`` and ``eps_zcdp`` and rho."""
-    from fdp_flower.privacy.ledger import epsilon_of_rho
+    from fdp_flower.privacy.ledger import epsilon_of_rho, rdp_epsilon_of_rho
+    from fdp_flower.privacy.mechanisms import zcdp_to_dp
 
-    summary = ledger.worst_case(delta, with_pld=False)
-    if summary is None:
+    clients = ledger.clients
+    if not clients:
         return {"eps_pld": 0.0, "zcdp_rho": 0.0, "eps_zcdp": 0.0, "eps_rdp": 0.0}
-    if _skellam(ledger):
-        return {"eps_rdp": summary.eps_rdp}  # secure aggregation: the Skellam's RDP figure is the only one
-    return {"eps_pld": epsilon_of_rho(summary.zcdp_rho, delta), "zcdp_rho": summary.zcdp_rho,
-            "eps_zcdp": summary.eps_zcdp, "eps_rdp": summary.eps_rdp}
+    if _skellam(ledger):  # secure aggregation: the Skellam's RDP figure is the only one
+        return {"eps_rdp": ledger.worst_case(delta, with_pld=False).eps_rdp}
+    # every figure is a function of the worst client's composed rho, which the ledger keeps as a running sum:
+    # O(clients) a round, not O(releases so far)
+    rho = max(ledger.zcdp_rho(c) for c in clients)
+    return {"eps_pld": epsilon_of_rho(rho, delta), "zcdp_rho": rho, "eps_zcdp": zcdp_to_dp(rho, delta),
+            "eps_rdp": rdp_epsilon_of_rho(rho, delta)}
 
 
 def _skellam(ledger) -> bool:

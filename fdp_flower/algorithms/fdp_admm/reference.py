@@ -15,6 +15,10 @@ from scipy import optimize, sparse
 from fdp_flower.core.losses import AbsoluteLoss, QuantileLoss
 
 
+class ReferenceSolveError(ValueError):
+    """The exact reference could not be solved (one line, with a hint when the data's scale is the cause)."""
+
+
 @dataclass(frozen=True)
 class ReferenceSolution:
     w: np.ndarray
@@ -60,7 +64,11 @@ def solve_reference(features: list[np.ndarray], responses: list[np.ndarray], los
                                A_eq=a_free.T if k - pen else None, b_eq=np.zeros(k - pen) if k - pen else None,
                                bounds=bounds, method="highs-ds")
         if res.status != 0:
-            raise RuntimeError(f"HiGHS failed on the reference LP: {res.message}")
+            scale = max(float(np.max(np.abs(y), initial=0.0)), float(np.max(np.abs(a), initial=0.0)))
+            hint = (f"; the data reach {scale:.3g} in absolute value: rescale the response (e.g. divide it by its "
+                    "standard deviation) or leave the reference out (reference=False)") if scale > 1e12 else ""
+            raise ReferenceSolveError(f"HiGHS failed on the exact reference LP ({res.message.split('(')[0].strip()})"
+                                      + hint)
         w = np.zeros(k)
         if pen:
             mu = res.ineqlin.marginals

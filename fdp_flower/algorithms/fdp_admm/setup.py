@@ -75,7 +75,9 @@ class Evaluator:
                "augmented_objective": augmented}
         if self.reference is not None:
             ref = self.reference.objective
-            out["objective_gap"] = (obj - ref) / abs(ref)
+            # relative to the optimum; a response the model fits exactly (a constant) has optimum 0: then
+            # the absolute gap, which tends to 0 the same way
+            out["objective_gap"] = (obj - ref) / abs(ref) if ref != 0 else obj - ref
         return out
 
 

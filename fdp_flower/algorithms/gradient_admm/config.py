@@ -25,7 +25,14 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from fdp_flower.config.base import _Frozen, read_yaml_file, refuse_renamed, tagged_union, validate_mapping
+from fdp_flower.config.base import (
+    ResultName,
+    _Frozen,
+    read_yaml_file,
+    refuse_renamed,
+    tagged_union,
+    validate_mapping,
+)
 from fdp_flower.config.sections import FederationConfig, LossConfig, OutputConfig, TabularNodeFiles
 
 #: old dotted field -> its new name (the scenario refuses the old one in one line)
@@ -180,8 +187,8 @@ class GradientPrivacyConfig(_Frozen):
 class GradientADMMScenario(_Frozen):
     """A complete DP-(Acc)ADMM run."""
 
-    name: str = Field("dp_admm", min_length=1, max_length=200, description="name used for result files")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds the split and the noise")
+    name: ResultName = Field("dp_admm", min_length=1, max_length=200, description="name used for result files")
+    seed: int = Field(0, ge=0, le=2**63 - 1, strict=True, description="seeds the split and the noise")
     data: TabularDataSource = AdultA9AData()
     federation: FederationConfig = FederationConfig()
     model: GeneralizedLassoModel = GeneralizedLassoModel()

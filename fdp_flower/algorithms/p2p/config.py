@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import (
+    ResultName,
     _Frozen,
     apply_overrides,
     read_yaml_file,
@@ -415,8 +416,8 @@ class P2PScenario(_Frozen):
 
     #: fields of the earlier schema (one-line error naming the new one)
 
-    name: str = Field("p2p", min_length=1, max_length=200, description="name used for result files")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds graph, data and noise (separate streams)")
+    name: ResultName = Field("p2p", min_length=1, max_length=200, description="name used for result files")
+    seed: int = Field(0, ge=0, le=2**63 - 1, strict=True, description="seeds graph, data and noise (separate streams)")
     repetitions: int = Field(1, ge=1, le=10_000, description="independent runs (noise seeds seed..seed+r-1)")
     federation: FederationConfig = Field(FederationConfig(num_clients=20),
                                          description="N, the number of graph nodes (federation.num_clients)")
