@@ -17,7 +17,7 @@ with warnings.catch_warnings():
     from flwr.supercore.task_identity import TaskIdentity
 
 from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
-from fdp_flower.algorithms.gradient_admm.plan import build_problem, load_scenario_data, scenario_privacy
+from fdp_flower.algorithms.gradient_admm.plan import build_problem, load_scenario_data, scenario_privacy, scenario_step_rule
 from fdp_flower.clients.gradient_admm import handle_gradient_admm_train
 from fdp_flower.engines.gradient_admm import run_gradient_admm
 from fdp_flower.strategies.gradient_admm import strategy_from_scenario
@@ -99,7 +99,8 @@ def test_flower_and_inprocess_give_identical_iterates(kind, private, nodes):
     alg = scenario.algorithm
     engine = run_gradient_admm(problem, rounds=alg.rounds, rho=alg.rho, eta=alg.eta,
                                accelerated=kind == "dp_acc_admm", privacy=scenario_privacy(scenario),
-                               seed=scenario.seed, keep_iterates=True, eval_every=alg.rounds)
+                               seed=scenario.seed, keep_iterates=True, eval_every=alg.rounds,
+                               step_rule=scenario_step_rule(scenario))
     flower_iterates = []
     strategy = strategy_from_scenario(scenario, problem,
                                       evaluate_state=lambda s: flower_iterates.append(s.x.copy()) or {})
@@ -112,6 +113,9 @@ def test_flower_and_inprocess_give_identical_iterates(kind, private, nodes):
         np.testing.assert_array_equal(a, b)  # bit for bit
     assert grid.sent == alg.rounds * min(nodes, problem.num_clients)  # one message a node and round
     assert grid.requests == alg.rounds * problem.num_clients  # every client asked once a round
+    # privacy off: the proximal Barzilai-Borwein step (5.11) on both engines, capped at 12 rounds
+    assert strategy.stop_reason == (None if private else "cap") and engine.stop_reason == ("completed" if private
+                                                                                           else "cap")
     if private:
         assert engine.ledger.to_rows() == strategy.ledger.to_rows()
     else:
