@@ -226,7 +226,8 @@ def test_the_papers_initial_dual_gives_the_same_iterates_on_flower_and_in_proces
     from fdp_flower.engines.gradient_admm import run_scenario
 
     scenario = _scenario("dp_admm", False).model_copy(
-        update={"algorithm": _scenario("dp_admm", False).algorithm.model_copy(update={"init_dual": "paper"})})
+        update={"algorithm": _scenario("dp_admm", False).algorithm.model_copy(
+            update={"init_dual": "paper", "nonprivate_step": "admm"})})
     data = load_scenario_data(scenario)
     problem = build_problem(scenario, data)
     engine, _problem, _ref = run_scenario(scenario, with_reference=False, keep_iterates=True)

@@ -110,3 +110,12 @@ def test_the_prox_of_a_general_matrix_satisfies_its_optimality_condition():
     active = np.abs(az) > 1e-6
     np.testing.assert_allclose(w[active], lam * np.sign(az[active]), atol=1e-5)  # s = sign(A z) where A z != 0
     assert np.all(np.abs(w) <= lam + 1e-15)
+
+
+def test_the_papers_initial_dual_needs_the_papers_step():
+    base = {"data": {"kind": "breast_cancer"}, "privacy": {"enabled": False}}
+    with pytest.raises(ValueError, match="nonprivate_step: admm"):
+        validate_mapping(GradientADMMScenario, {**base, "algorithm": {"init_dual": "paper"}}, "t")
+    ok = validate_mapping(GradientADMMScenario, {**base, "algorithm": {"init_dual": "paper", "nonprivate_step": "admm"}},
+                          "t")
+    assert ok.algorithm.init_dual == "paper"

@@ -192,6 +192,10 @@ class GradientADMMScenario(_Frozen):
         if self.privacy.enabled and self.algorithm.init_dual == "paper":
             raise ValueError("algorithm.init_dual 'paper' releases grad f(x_0) without noise; "
                              "use 'zero' when privacy is enabled")
+        if (not self.privacy.enabled and self.algorithm.init_dual == "paper"
+                and self.algorithm.nonprivate_step == "proximal_bb"):
+            raise ValueError("algorithm.init_dual 'paper' is the start of the paper's ADMM step; with privacy off set "
+                             "algorithm.nonprivate_step: admm to use it")
         if self.model.loss.kind == "squared":
             raise ValueError("model.loss: the generalized-lasso runs support logistic, quantile and absolute")
         if self.data.kind == "arrays" and len(self.data.paths) != self.federation.num_clients:

@@ -110,6 +110,8 @@ class GradientADMMServer(ServerProtocol):
             raise ValueError(f"step_rule must be one of {nonprivate.STEP_RULES}, got {step_rule!r}")
         if step_rule == "proximal_bb" and plan.privacy is not None:
             raise ValueError("step_rule 'proximal_bb' is for runs without privacy (its eta_t would amplify the noise)")
+        if step_rule == "proximal_bb" and initial_dual is not None:
+            raise ValueError("initial_dual is the start of the paper's ADMM step, not of step_rule 'proximal_bb'")
         if plan.dim != matrix.shape[1]:
             raise ValueError(f"the sites' rows have {plan.dim} columns, A has {matrix.shape[1]}")
         sizes = np.asarray(sizes, dtype=int)
