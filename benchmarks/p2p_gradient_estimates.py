@@ -419,8 +419,17 @@ def section_gradient_off(quick: bool) -> dict:
         x_star = solve_generalized_lasso(problem.loss, *problem.pooled(), problem.matrix, problem.lam).x
         err = np.linalg.norm(np.array(res.iterates) - x_star, axis=1) / np.linalg.norm(x_star)
         within = np.flatnonzero(err <= 0.01)
+        a, y = problem.pooled()
+        x_end = res.iterates[-1]
+        objective = [float(problem.loss.mean(v, a, y)) + problem.lam * float(np.abs(problem.matrix @ v).sum())
+                     for v in (x_end, x_star)]
         rows[name] = {"kind": sc.algorithm.kind, "cap": sc.algorithm.rounds, "rounds": len(res.iterates),
                       "stop_reason": res.stop_reason, "error_at_stop": float(err[-1]),
+                      # a minimizer that is not unique (collinear columns, a flat l1 face) shows here: the
+                      # linear predictor a.x and the objective agree with x*'s although x does not
+                      "predictor_error_at_stop": float(np.linalg.norm(a @ (x_end - x_star)) / np.linalg.norm(a @ x_star)),
+                      "relative_objective_gap_at_stop": (objective[0] - objective[1]) / abs(objective[1]),
+                      "rank_of_rows": int(np.linalg.matrix_rank(a)), "dim": int(a.shape[1]),
                       "first_1pct": int(within[0]) + 1 if within.size else None,
                       "x_star_norm": float(np.linalg.norm(x_star)), "seconds": seconds}
         print(f"  {name}: {rows[name]}", flush=True)

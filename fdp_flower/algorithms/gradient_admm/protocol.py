@@ -230,7 +230,8 @@ class GradientADMMServer(ServerProtocol):
                                                   eta_max=nonprivate.ETA_MAX, previous=self.step_size)
         self._last_gradient = (state.x.copy(), gradient)
         x, dual = nonprivate.generalized_lasso_prox(state.x - self.step_size * gradient, self.step_size, self.matrix,
-                                                    self.lam, state.u, gram_norm=self._gram_norm)
+                                                    self.lam, state.u, gram_norm=self._gram_norm,
+                                                    iterations=nonprivate.PROX_ITERATIONS)
         self.path.append(x.copy())
         return GradientADMMState(state.round + 1, x, state.y, dual, x, dual, 1.0, 0, math.inf, state.sum_x + x)
 
