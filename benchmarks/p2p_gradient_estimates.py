@@ -427,7 +427,8 @@ def section_gradient_off(quick: bool) -> dict:
                       "stop_reason": res.stop_reason, "error_at_stop": float(err[-1]),
                       # a minimizer that is not unique (collinear columns, a flat l1 face) shows here: the
                       # linear predictor a.x and the objective agree with x*'s although x does not
-                      "predictor_error_at_stop": float(np.linalg.norm(a @ (x_end - x_star)) / np.linalg.norm(a @ x_star)),
+                      "predictor_error_at_stop": float(np.linalg.norm(a @ (x_end - x_star))
+                                                       / np.linalg.norm(a @ x_star)),
                       "relative_objective_gap_at_stop": (objective[0] - objective[1]) / abs(objective[1]),
                       "rank_of_rows": int(np.linalg.matrix_rank(a)), "dim": int(a.shape[1]),
                       "first_1pct": int(within[0]) + 1 if within.size else None,

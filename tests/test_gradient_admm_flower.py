@@ -17,7 +17,12 @@ with warnings.catch_warnings():
     from flwr.supercore.task_identity import TaskIdentity
 
 from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
-from fdp_flower.algorithms.gradient_admm.plan import build_problem, load_scenario_data, scenario_privacy, scenario_step_rule
+from fdp_flower.algorithms.gradient_admm.plan import (
+    build_problem,
+    load_scenario_data,
+    scenario_privacy,
+    scenario_step_rule,
+)
 from fdp_flower.clients.gradient_admm import handle_gradient_admm_train
 from fdp_flower.engines.gradient_admm import run_gradient_admm
 from fdp_flower.strategies.gradient_admm import strategy_from_scenario

@@ -116,6 +116,6 @@ def test_the_papers_initial_dual_needs_the_papers_step():
     base = {"data": {"kind": "breast_cancer"}, "privacy": {"enabled": False}}
     with pytest.raises(ValueError, match="nonprivate_step: admm"):
         validate_mapping(GradientADMMScenario, {**base, "algorithm": {"init_dual": "paper"}}, "t")
-    ok = validate_mapping(GradientADMMScenario, {**base, "algorithm": {"init_dual": "paper", "nonprivate_step": "admm"}},
-                          "t")
+    ok = validate_mapping(GradientADMMScenario,
+                          {**base, "algorithm": {"init_dual": "paper", "nonprivate_step": "admm"}}, "t")
     assert ok.algorithm.init_dual == "paper"

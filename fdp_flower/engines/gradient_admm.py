@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fdp_flower.algorithms.gradient_admm.plan import GradientADMMProblem, noise_plan, scenario_privacy, scenario_step_rule
+from fdp_flower.algorithms.gradient_admm.plan import (
+    GradientADMMProblem,
+    noise_plan,
+    scenario_privacy,
+    scenario_step_rule,
+)
 from fdp_flower.algorithms.gradient_admm.protocol import GradientADMMServer
 from fdp_flower.algorithms.gradient_admm.setup import Evaluator, paper_dual, simulation_setup
 from fdp_flower.algorithms.gradient_admm.site import answer
@@ -90,7 +95,8 @@ def run_gradient_admm(problem: GradientADMMProblem, *, rounds: int, rho: float, 
     server = GradientADMMServer(matrix=problem.matrix, lam=problem.lam, rho=rho, eta=eta, sizes=problem.counts,
                                 plan=plan, gamma=gamma, accelerated=accelerated, restart=restart,
                                 initial_dual=paper_dual(problem, rho) if init_dual == "paper" else None,
-                                step_rule=step_rule, evaluator=Evaluator(problem, reference_objective), eval_every=eval_every)
+                                step_rule=step_rule, evaluator=Evaluator(problem, reference_objective),
+                                eval_every=eval_every)
     sens, sig = noise_plan(problem, rounds, privacy)
     result = GradientADMMResult(state=server.state, gamma=server.gamma, sigmas=sig, sensitivities=sens)
     sites, noise = problem.site_data(), run_noise(seed)
