@@ -248,3 +248,27 @@ def test_the_papers_initial_dual_gives_the_same_iterates_on_flower_and_in_proces
     assert len(flower_iterates) == len(engine.iterates) == scenario.algorithm.rounds
     for a, b in zip(engine.iterates, flower_iterates):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_privacy_off_run_that_converges_stops_early_on_flower_as_in_process():
+    """Privacy off, the proximal BB step with a cap of 2000 rounds: the stop (5.13) ends the Flower run (the
+    strategy's RunConverged) after the same round as the in-process engine, with the same iterates."""
+    from fdp_flower.engines.gradient_admm import run_scenario
+
+    base = _scenario("dp_admm", False)
+    scenario = base.model_copy(update={"algorithm": base.algorithm.model_copy(update={"rounds": 2000})})
+    data = load_scenario_data(scenario)
+    problem = build_problem(scenario, data)
+    engine, _problem, _ref = run_scenario(scenario, with_reference=False, keep_iterates=True)
+    assert engine.stop_reason.startswith("converged") and len(engine.iterates) < 2000
+    flower_iterates = []
+    strategy = strategy_from_scenario(scenario, problem,
+                                      evaluate_state=lambda s: flower_iterates.append(s.x.copy()) or {})
+    grid = LocalGrid(lambda msg, ctx: handle_gradient_admm_train(msg, ctx, scenario, data), nodes=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)), num_rounds=2000)
+    assert strategy.stop_reason == engine.stop_reason
+    assert len(flower_iterates) == len(engine.iterates)
+    for a, b in zip(engine.iterates, flower_iterates):
+        np.testing.assert_array_equal(a, b)
