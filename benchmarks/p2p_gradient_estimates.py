@@ -1,7 +1,7 @@
 """Estimates a statistician can trust (issue 29), peer-to-peer and gradient-perturbation families: does privacy
 off reach the family's own exact estimator within 1% in norm, and does a total budget get spent?
 
-    python benchmarks/p2p_gradient_estimates.py [--quick] [--only issue suite scenarios gradient budgets]
+    python benchmarks/p2p_gradient_estimates.py [--quick] [--only issue suite scenarios gradient gradient_off budgets]
         [--out benchmarks/results/p2p_gradient_estimates]
 
 Sections (each writes ``<out>/<section>.json``, ``<out>/<section>_quick.json`` with ``--quick``; the memo
@@ -20,6 +20,9 @@ Sections (each writes ``<out>/<section>.json``, ``<out>/<section>_quick.json`` w
   (breast cancer, lasso, intercept; a quantile fit): today's settings, AccADMM with adaptive restart, and
   two server rules that only post-process the released gradients (prototypes in this file): a
   Barzilai-Borwein eta (rho = 1e-3) and, for a diagonal A, a proximal-gradient step with the BB eta.
+- ``gradient_off``: the privacy-off default of DP-ADMM / DP-AccADMM that came out of ``gradient`` (the proximal
+  Barzilai-Borwein step (5.11)-(5.12), the stop (5.13), the cap of 2000 rounds) on every shipped ``dp_admm_*``
+  scenario with privacy off and on ``fit_gradient``'s defaults: stop reason, rounds, error at the stop.
 - ``budgets``: eps spent / eps asked at total eps in {0.5, 1, 4} for every family (PLD, the ledger's).
 
 Every error is ||x - x*|| / ||x*|| with x* the family's exact reference (LP for quantile/absolute, Newton
@@ -374,6 +377,66 @@ def section_gradient(quick: bool) -> dict:
     return rows
 
 
+def privacy_off(scenario):
+    """``scenario`` with ``privacy.enabled: false`` and no ``algorithm.rounds``: what ``fdp-flower run --set
+    privacy.enabled=false`` and ``fit_gradient(eps=None)`` run (the schema's privacy-off defaults)."""
+    from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
+    from fdp_flower.config.base import validate_mapping
+
+    data = scenario.model_dump()
+    data["privacy"]["enabled"] = False
+    data["algorithm"].pop("rounds")
+    data["algorithm"].pop("nonprivate_step")
+    return validate_mapping(GradientADMMScenario, data, scenario.name)
+
+
+def section_gradient_off(quick: bool) -> dict:
+    """The privacy-off default of DP-ADMM / DP-AccADMM (docs/algorithms.md, eqs. (5.11)-(5.13)): every shipped
+    scenario with privacy off (Adult once, unless ``--quick``: its three scenarios share A and the data, and
+    both kinds take the same step without privacy) and ``fit_gradient``'s defaults, through the in-process
+    engine of ``fdp-flower run``."""
+    from fdp_flower.algorithms.gradient_admm.config import load_gradient_admm_scenario
+    from fdp_flower.algorithms.gradient_admm.reference import solve_generalized_lasso
+    from fdp_flower.data import load_breast_cancer_binary
+    from fdp_flower.engines.gradient_admm import run_scenario
+
+    cases = []
+    for path in sorted(glob.glob(str(ROOT / "scenarios" / "dp_admm_*.yaml"))):
+        sc = load_gradient_admm_scenario(path)
+        if sc.data.kind == "adult_a9a" and (quick or Path(path).stem != "dp_admm_adult"):
+            continue
+        cases.append((Path(path).stem, privacy_off(sc)))
+    x, y = load_breast_cancer_binary()
+    cases.append(("fit_gradient defaults (breast cancer, lasso, intercept)", fit_gradient_problem(x, y)[0]))
+    xq, yq = issue_rows()
+    cases.append(("fit_gradient quantile (issue rows, lasso, intercept)",
+                  fit_gradient_problem(xq, yq, loss="quantile")[0]))
+    rows = {}
+    for name, sc in cases:
+        t0 = time.perf_counter()
+        res, problem, _ = run_scenario(sc, with_reference=False, eval_every=sc.algorithm.rounds, keep_iterates=True)
+        seconds = time.perf_counter() - t0
+        x_star = solve_generalized_lasso(problem.loss, *problem.pooled(), problem.matrix, problem.lam).x
+        err = np.linalg.norm(np.array(res.iterates) - x_star, axis=1) / np.linalg.norm(x_star)
+        within = np.flatnonzero(err <= 0.01)
+        a, y = problem.pooled()
+        x_end = res.iterates[-1]
+        objective = [float(problem.loss.mean(v, a, y)) + problem.lam * float(np.abs(problem.matrix @ v).sum())
+                     for v in (x_end, x_star)]
+        rows[name] = {"kind": sc.algorithm.kind, "cap": sc.algorithm.rounds, "rounds": len(res.iterates),
+                      "stop_reason": res.stop_reason, "error_at_stop": float(err[-1]),
+                      # a minimizer that is not unique (collinear columns, a flat l1 face) shows here: the
+                      # linear predictor a.x and the objective agree with x*'s although x does not
+                      "predictor_error_at_stop": float(np.linalg.norm(a @ (x_end - x_star))
+                                                       / np.linalg.norm(a @ x_star)),
+                      "relative_objective_gap_at_stop": (objective[0] - objective[1]) / abs(objective[1]),
+                      "rank_of_rows": int(np.linalg.matrix_rank(a)), "dim": int(a.shape[1]),
+                      "first_1pct": int(within[0]) + 1 if within.size else None,
+                      "x_star_norm": float(np.linalg.norm(x_star)), "seconds": seconds}
+        print(f"  {name}: {rows[name]}", flush=True)
+    return rows
+
+
 def section_budgets(quick: bool) -> dict:
     from fdp_flower.data import load_breast_cancer_binary
 
@@ -392,6 +455,7 @@ def section_budgets(quick: bool) -> dict:
 
 SECTIONS = {"issue": lambda q: {"fit_p2p": section_issue(q), "engine_old_defaults": section_issue_old()},
             "suite": section_suite, "scenarios": section_scenarios, "gradient": section_gradient,
+            "gradient_off": section_gradient_off,
             "budgets": section_budgets}
 
 

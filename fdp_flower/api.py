@@ -805,7 +805,9 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
     neighbouring : "add_remove" (default) or "replace_one": the relation the guarantee is stated for; the mean
         gradient's sensitivity is 2c/m_i under both (the paper's c/m is not a bound), so the noise is the same.
     n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,
-    name : as in :func:`fit` (rounds, rho, eta default to the schema's 200, 0.3, 4.0).
+    name : as in :func:`fit` (rounds, rho, eta default to the schema's 200, 0.3, 4.0).  With eps=None the server
+        takes the proximal Barzilai-Borwein step and stops when its iterate settles (docs/algorithms.md, section 5.2),
+        rounds is then a cap (default 2000) and the model's ``stop_reason`` says ``converged: ...`` or ``cap``.
 
     Returns
     -------
@@ -839,11 +841,12 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
         with claimed_output(out):
             result, _problem, _ref = run_scenario(scenario, with_reference=reference, rows=rows)
             if out is not None:
-                _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x})
+                _write_tabular_results(out, scenario, result.history, result.ledger, final={"x": result.state.x},
+                                       stop_reason=result.stop_reason)
     report = PrivacyReport.from_ledger(result.ledger, delta=delta, mode="total" if eps is not None else None,
                                        eps_budget=eps)
     return TabularModel(np.asarray(result.state.x, dtype=float), gradient_intercept_scale(scenario), scenario,
-                        report, result.ledger, history_frame(result.history))
+                        report, result.ledger, history_frame(result.history), stop_reason=result.stop_reason)
 
 
 def _write_tabular_results(out, scenario, history: list[dict], ledger, *, iterates: dict | None = None,

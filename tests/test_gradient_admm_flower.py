@@ -17,7 +17,12 @@ with warnings.catch_warnings():
     from flwr.supercore.task_identity import TaskIdentity
 
 from fdp_flower.algorithms.gradient_admm.config import GradientADMMScenario
-from fdp_flower.algorithms.gradient_admm.plan import build_problem, load_scenario_data, scenario_privacy
+from fdp_flower.algorithms.gradient_admm.plan import (
+    build_problem,
+    load_scenario_data,
+    scenario_privacy,
+    scenario_step_rule,
+)
 from fdp_flower.clients.gradient_admm import handle_gradient_admm_train
 from fdp_flower.engines.gradient_admm import run_gradient_admm
 from fdp_flower.strategies.gradient_admm import strategy_from_scenario
@@ -99,7 +104,8 @@ def test_flower_and_inprocess_give_identical_iterates(kind, private, nodes):
     alg = scenario.algorithm
     engine = run_gradient_admm(problem, rounds=alg.rounds, rho=alg.rho, eta=alg.eta,
                                accelerated=kind == "dp_acc_admm", privacy=scenario_privacy(scenario),
-                               seed=scenario.seed, keep_iterates=True, eval_every=alg.rounds)
+                               seed=scenario.seed, keep_iterates=True, eval_every=alg.rounds,
+                               step_rule=scenario_step_rule(scenario))
     flower_iterates = []
     strategy = strategy_from_scenario(scenario, problem,
                                       evaluate_state=lambda s: flower_iterates.append(s.x.copy()) or {})
@@ -112,6 +118,9 @@ def test_flower_and_inprocess_give_identical_iterates(kind, private, nodes):
         np.testing.assert_array_equal(a, b)  # bit for bit
     assert grid.sent == alg.rounds * min(nodes, problem.num_clients)  # one message a node and round
     assert grid.requests == alg.rounds * problem.num_clients  # every client asked once a round
+    # privacy off: the proximal Barzilai-Borwein step (5.11) on both engines, capped at 12 rounds
+    assert strategy.stop_reason == (None if private else "cap") and engine.stop_reason == ("completed" if private
+                                                                                           else "cap")
     if private:
         assert engine.ledger.to_rows() == strategy.ledger.to_rows()
     else:
@@ -222,7 +231,8 @@ def test_the_papers_initial_dual_gives_the_same_iterates_on_flower_and_in_proces
     from fdp_flower.engines.gradient_admm import run_scenario
 
     scenario = _scenario("dp_admm", False).model_copy(
-        update={"algorithm": _scenario("dp_admm", False).algorithm.model_copy(update={"init_dual": "paper"})})
+        update={"algorithm": _scenario("dp_admm", False).algorithm.model_copy(
+            update={"init_dual": "paper", "nonprivate_step": "admm"})})
     data = load_scenario_data(scenario)
     problem = build_problem(scenario, data)
     engine, _problem, _ref = run_scenario(scenario, with_reference=False, keep_iterates=True)
@@ -236,5 +246,29 @@ def test_the_papers_initial_dual_gives_the_same_iterates_on_flower_and_in_proces
         strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
                        num_rounds=scenario.algorithm.rounds)
     assert len(flower_iterates) == len(engine.iterates) == scenario.algorithm.rounds
+    for a, b in zip(engine.iterates, flower_iterates):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_privacy_off_run_that_converges_stops_early_on_flower_as_in_process():
+    """Privacy off, the proximal BB step with a cap of 2000 rounds: the stop (5.13) ends the Flower run (the
+    strategy's RunConverged) after the same round as the in-process engine, with the same iterates."""
+    from fdp_flower.engines.gradient_admm import run_scenario
+
+    base = _scenario("dp_admm", False)
+    scenario = base.model_copy(update={"algorithm": base.algorithm.model_copy(update={"rounds": 2000})})
+    data = load_scenario_data(scenario)
+    problem = build_problem(scenario, data)
+    engine, _problem, _ref = run_scenario(scenario, with_reference=False, keep_iterates=True)
+    assert engine.stop_reason.startswith("converged") and len(engine.iterates) < 2000
+    flower_iterates = []
+    strategy = strategy_from_scenario(scenario, problem,
+                                      evaluate_state=lambda s: flower_iterates.append(s.x.copy()) or {})
+    grid = LocalGrid(lambda msg, ctx: handle_gradient_admm_train(msg, ctx, scenario, data), nodes=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)), num_rounds=2000)
+    assert strategy.stop_reason == engine.stop_reason
+    assert len(flower_iterates) == len(engine.iterates)
     for a, b in zip(engine.iterates, flower_iterates):
         np.testing.assert_array_equal(a, b)

@@ -104,8 +104,8 @@ def run_gradient_admm_inprocess(args: argparse.Namespace) -> int:
 
     scenario, out = _scenario_and_out(args)
     result, _problem, reference = run_scenario(scenario)
-    summary = tabular_summary(scenario, result.history, result.ledger, engine="inprocess", stop_reason=None,
-                              reference_objective=reference)
+    summary = tabular_summary(scenario, result.history, result.ledger, engine="inprocess",
+                              stop_reason=result.stop_reason, reference_objective=reference)
     write_run(out, scenario, history=result.history, ledger=result.ledger, summary=summary,
               final={"x": result.state.x})
     return _finish(out, summary, "client")

@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fdp_flower.algorithms.gradient_admm.plan import GradientADMMProblem, noise_plan, scenario_privacy
+from fdp_flower.algorithms.gradient_admm.plan import (
+    GradientADMMProblem,
+    noise_plan,
+    scenario_privacy,
+    scenario_step_rule,
+)
 from fdp_flower.algorithms.gradient_admm.protocol import GradientADMMServer
 from fdp_flower.algorithms.gradient_admm.setup import Evaluator, paper_dual, simulation_setup
 from fdp_flower.algorithms.gradient_admm.site import answer
@@ -34,6 +39,7 @@ class GradientADMMResult:
     sigmas: np.ndarray | None = None
     sensitivities: np.ndarray | None = None
     iterates: list[np.ndarray] = field(default_factory=list)
+    stop_reason: str = "completed"
 
     def first_round_below(self, key: str, level: float) -> int | None:
         for row in self.history:
@@ -46,7 +52,7 @@ def run_gradient_admm(problem: GradientADMMProblem, *, rounds: int, rho: float, 
                       gamma: float | None = None, accelerated: bool = False, restart: bool = False,
                       privacy: GradientPrivacy | None = None, seed: int = 0, init_dual: str = "zero",
                       reference_objective: float | None = None, eval_every: int = 1,
-                      keep_iterates: bool = False) -> GradientADMMResult:
+                      keep_iterates: bool = False, step_rule: str = "admm") -> GradientADMMResult:
     """Run DP-ADMM (``accelerated=False``) or DP-AccADMM on ``problem`` for ``rounds`` iterations.
 
     Parameters
@@ -72,6 +78,10 @@ def run_gradient_admm(problem: GradientADMMProblem, *, rounds: int, rho: float, 
         rounds (default: 1).
     keep_iterates : bool
         Keep x_t of every round in ``iterates`` (default: False).
+    step_rule : {"admm", "proximal_bb"}
+        The server's step (:class:`~fdp_flower.algorithms.gradient_admm.protocol.GradientADMMServer`): the paper's
+        (default), or, privacy off only, the proximal Barzilai-Borwein step that stops by (5.13) within the
+        cap ``rounds`` (``stop_reason`` ``converged: ...`` or ``cap``).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -85,7 +95,8 @@ def run_gradient_admm(problem: GradientADMMProblem, *, rounds: int, rho: float, 
     server = GradientADMMServer(matrix=problem.matrix, lam=problem.lam, rho=rho, eta=eta, sizes=problem.counts,
                                 plan=plan, gamma=gamma, accelerated=accelerated, restart=restart,
                                 initial_dual=paper_dual(problem, rho) if init_dual == "paper" else None,
-                                evaluator=Evaluator(problem, reference_objective), eval_every=eval_every)
+                                step_rule=step_rule, evaluator=Evaluator(problem, reference_objective),
+                                eval_every=eval_every)
     sens, sig = noise_plan(problem, rounds, privacy)
     result = GradientADMMResult(state=server.state, gamma=server.gamma, sigmas=sig, sensitivities=sens)
     sites, noise = problem.site_data(), run_noise(seed)
@@ -95,10 +106,12 @@ def run_gradient_admm(problem: GradientADMMProblem, *, rounds: int, rho: float, 
             result.iterates.append(server.state.x.copy())
 
     run_in_process(server, lambda requests: answer(requests, sites, plan, noise), progress=progress)
-    if server.stop_reason not in (None, "completed"):  # every client answers in process: a refusal is an error
+    stopped = server.stop_reason not in (None, "completed", "cap") and not server.stop_reason.startswith("converged")
+    if stopped:  # every client answers in process: a refusal is an error
         raise RuntimeError(f"the run stopped after round {server.round}: {server.stop_reason}; "
                            f"{'; '.join(f.reason for f in server.failures[:3])}")
     result.state, result.ledger = server.state, server.ledger
+    result.stop_reason = server.stop_reason or "completed"
     result.history = [row for row in server.history if "objective" in row]  # the evaluated rounds
     return result
 
@@ -116,5 +129,5 @@ def run_scenario(scenario, *, with_reference: bool = True, eval_every: int = 1,
                             accelerated=alg.kind == "dp_acc_admm", restart=getattr(alg, "restart", False),
                             privacy=scenario_privacy(scenario), seed=scenario.seed, init_dual=alg.init_dual,
                             reference_objective=evaluator.reference, eval_every=eval_every,
-                            keep_iterates=keep_iterates)
+                            keep_iterates=keep_iterates, step_rule=scenario_step_rule(scenario))
     return res, problem, evaluator.reference

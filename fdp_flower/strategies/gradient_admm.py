@@ -100,7 +100,7 @@ def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     except FederationError as exc:
         error = exc
     summary = tabular_summary(scenario, strategy.history, strategy.ledger, engine="flower",
-                              stop_reason=None if error is None else str(error))
+                              stop_reason=strategy.stop_reason if error is None else str(error))
     write_run(out, scenario, history=strategy.history, ledger=strategy.ledger, summary=summary,
               final={"x": strategy.state.x})
     log(INFO, "fdp-flower: results in %s", out.resolve())

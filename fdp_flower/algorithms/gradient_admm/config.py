@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from fdp_flower.algorithms.gradient_admm.nonprivate import ROUND_CAP as NONPRIVATE_ROUND_CAP
 from fdp_flower.config.base import (
     ResultName,
     _Frozen,
@@ -142,7 +143,8 @@ class GeneralizedLassoModel(_Frozen):
 
 # ---------------------------------------------------------------- algorithms
 class _GradientADMMBase(_Frozen):
-    rounds: int = Field(200, ge=1, le=1_000_000, description="T: iterations (Theorem 1 calibrates for T)")
+    rounds: int = Field(200, ge=1, le=1_000_000, description="T: iterations (the noise is calibrated for T); with "
+                        f"privacy off the cap of the stop (5.13), default {NONPRIVATE_ROUND_CAP}")
     rho: float = Field(0.3, gt=0, le=1.0e6, description="ADMM penalty rho")
     eta: float = Field(4.0, gt=0, le=1.0e6, description="step size eta (1/L_f = 4/c1^2 for the logistic loss)")
     gamma: float | None = Field(None, gt=0, le=1.0e12, description="proximal weight gam; null: the smallest "
@@ -151,6 +153,10 @@ class _GradientADMMBase(_Frozen):
     neighbouring: Literal["add_remove", "replace_one"] = Field(
         "add_remove", description="relation the guarantee is stated for; the mean gradient's sensitivity is 2c/m "
         "under both, so sigma is the same (twice the paper's, whose c/n is not valid for a mean)")
+    nonprivate_step: Literal["proximal_bb", "admm"] = Field(
+        "proximal_bb", description="the server's step with privacy off: a proximal Barzilai-Borwein step that "
+        "stops when the iterate settles (docs/algorithms.md, eqs. (5.11)-(5.13); rounds is then a cap, default "
+        f"{NONPRIVATE_ROUND_CAP}), or the paper's ADMM step as with privacy on; ignored with privacy on")
     init_dual: Literal["zero", "paper"] = Field(
         "zero", description="u_0 = 0, or the paper's -(A^T)^+ grad f(x_0) / rho (non-private runs only)")
 
@@ -200,19 +206,37 @@ class GradientADMMScenario(_Frozen):
     @classmethod
     def _renamed(cls, data: Any) -> Any:
         refuse_renamed(data, RENAMED)
-        return data
+        return _nonprivate_rounds(data)
 
     @model_validator(mode="after")
     def _consistent(self):
         if self.privacy.enabled and self.algorithm.init_dual == "paper":
             raise ValueError("algorithm.init_dual 'paper' releases grad f(x_0) without noise; "
                              "use 'zero' when privacy is enabled")
+        if (not self.privacy.enabled and self.algorithm.init_dual == "paper"
+                and self.algorithm.nonprivate_step == "proximal_bb"):
+            raise ValueError("algorithm.init_dual 'paper' is the start of the paper's ADMM step; with privacy off set "
+                             "algorithm.nonprivate_step: admm to use it")
         if self.model.loss.kind == "squared":
             raise ValueError("model.loss: the generalized-lasso runs support logistic, quantile and absolute")
         if self.data.kind == "arrays" and len(self.data.paths) != self.federation.num_clients:
             raise ValueError(f"data.paths names {len(self.data.paths)} files for federation.num_clients = "
                              f"{self.federation.num_clients}")
         return self
+
+
+def _nonprivate_rounds(data: Any) -> Any:
+    """``algorithm.rounds`` defaults to :data:`NONPRIVATE_ROUND_CAP` (a cap of the stop (5.13)) when privacy is off
+    and the proximal step runs, to 200 (T of the calibration) otherwise; a given value is kept."""
+    if not isinstance(data, dict):
+        return data
+    privacy, alg = data.get("privacy"), data.get("algorithm")
+    alg = {} if alg is None else alg
+    if not (isinstance(privacy, dict) and privacy.get("enabled") is False and isinstance(alg, dict)):
+        return data
+    if "rounds" in alg or alg.get("nonprivate_step", "proximal_bb") != "proximal_bb":
+        return data
+    return {**data, "algorithm": {**alg, "rounds": NONPRIVATE_ROUND_CAP}}
 
 
 def load_gradient_admm_scenario(path: str | Path) -> GradientADMMScenario:

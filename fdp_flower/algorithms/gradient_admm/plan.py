@@ -178,6 +178,12 @@ def scenario_privacy(scenario) -> GradientPrivacy | None:
                            paper_constants=p.paper_constants)
 
 
+def scenario_step_rule(scenario) -> str:
+    """The server's step of a scenario: ``algorithm.nonprivate_step`` with privacy off (default the proximal
+    Barzilai-Borwein step (5.11)-(5.13)), the paper's ``admm`` (5.2)-(5.6) with privacy on."""
+    return "admm" if scenario.privacy.enabled else scenario.algorithm.nonprivate_step
+
+
 def site_plan(scenario, dim: int) -> SitePlan:
     """A site's public calibration of a scenario whose rows have ``dim`` columns (a site reads K from its own
     rows): its loss, c = G(c1), K, T and the privacy calibration (:func:`scenario_privacy`)."""

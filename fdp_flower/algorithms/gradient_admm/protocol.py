@@ -13,21 +13,29 @@ The server holds the whole run state: x, y, u, the extrapolated xh, uh and theta
    grad = sum_i (m_i / n) g~_i, the y-update by soft-thresholding (5.2), the linearized x-update (5.4), the
    dual update (5.5) and, for DP-AccADMM, the Nesterov extrapolation (5.6) with its optional adaptive
    restart; then the round's metrics.
+
+With privacy off and ``step_rule="proximal_bb"`` (the scenario's default ``algorithm.nonprivate_step``) step 3
+is instead the proximal Barzilai-Borwein step (5.11)-(5.12) and the run stops by (5.13) or at its cap
+(``stop_reason`` ``converged: ...`` or ``cap``; :mod:`fdp_flower.algorithms.gradient_admm.nonprivate`).
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fdp_flower.algorithms.gradient_admm.plan import resolve_gamma, scenario_privacy
+from fdp_flower.algorithms.gradient_admm import nonprivate
+from fdp_flower.algorithms.gradient_admm.plan import resolve_gamma, scenario_privacy, scenario_step_rule
 from fdp_flower.algorithms.gradient_admm.site import POINT, SitePlan, gradient_release
 from fdp_flower.algorithms.gradient_admm.update import (
     MECHANISM,
     GradientADMMState,
     aggregate_gradients,
+    barzilai_borwein_eta,
     server_step,
+    spectral_norm_gram,
 )
 from fdp_flower.algorithms.protocol import ReleaseRejected, RoundPlan, ServerProtocol, SiteRelease, SiteRequest
 
@@ -68,6 +76,10 @@ class GradientADMMServer(ServerProtocol):
         DP-AccADMM, and its adaptive momentum restart (default: False, False).
     initial_dual : numpy.ndarray or None
         u_0 (p,) (default: 0; the paper's u_0 is a noise-free function of the data, non-private runs only).
+    step_rule : {"admm", "proximal_bb"}
+        The server's step: the paper's (5.2)-(5.6) (default), or, privacy off only, the proximal
+        Barzilai-Borwein step (5.11)-(5.12) with eta as eta_t's floor, the stop (5.13) and ``stop_reason``
+        ``converged: ...`` or, after ``plan.rounds``, ``cap`` (the state's u then holds the prox's dual w).
     evaluator : callable or None
         ``f(state) -> dict`` of metrics, every ``eval_every`` rounds and at the last (default: None).
     on_round : callable or None
@@ -78,7 +90,7 @@ class GradientADMMServer(ServerProtocol):
 
     def __init__(self, *, matrix: np.ndarray, lam: float, rho: float, eta: float, sizes: Sequence[int],
                  plan: SitePlan, gamma: float | None = None, accelerated: bool = False, restart: bool = False,
-                 initial_dual: np.ndarray | None = None,
+                 initial_dual: np.ndarray | None = None, step_rule: str = "admm",
                  evaluator: Callable[[GradientADMMState], dict] | None = None, eval_every: int = 1,
                  on_round: Callable[["GradientADMMServer"], None] | None = None) -> None:
         matrix = np.asarray(matrix, dtype=float)
@@ -94,6 +106,12 @@ class GradientADMMServer(ServerProtocol):
             raise ValueError(f"rounds must be >= 1, got {plan.rounds}")
         if int(eval_every) < 1:
             raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+        if step_rule not in nonprivate.STEP_RULES:
+            raise ValueError(f"step_rule must be one of {nonprivate.STEP_RULES}, got {step_rule!r}")
+        if step_rule == "proximal_bb" and plan.privacy is not None:
+            raise ValueError("step_rule 'proximal_bb' is for runs without privacy (its eta_t would amplify the noise)")
+        if step_rule == "proximal_bb" and initial_dual is not None:
+            raise ValueError("initial_dual is the start of the paper's ADMM step, not of step_rule 'proximal_bb'")
         if plan.dim != matrix.shape[1]:
             raise ValueError(f"the sites' rows have {plan.dim} columns, A has {matrix.shape[1]}")
         sizes = np.asarray(sizes, dtype=int)
@@ -110,6 +128,12 @@ class GradientADMMServer(ServerProtocol):
         self.state = GradientADMMState.initial(matrix.shape[1], matrix.shape[0], initial_dual)
         if self.state.u.shape != (matrix.shape[0],):
             raise ValueError(f"initial_dual must have shape ({matrix.shape[0]},), got {self.state.u.shape}")
+        self.step_rule = step_rule
+        #: proximal_bb: x_0 .. x_t for the stop (5.13), the last (point, aggregated gradient) and eta_t of (5.11)
+        self.path: list[np.ndarray] = [self.state.x.copy()]
+        self._last_gradient: tuple[np.ndarray, np.ndarray] | None = None
+        self.step_size = self.eta
+        self._gram_norm = spectral_norm_gram(matrix) if step_rule == "proximal_bb" else math.nan
         #: seconds spent in the rounds (asking, the sites' answers, the server step), evaluation excluded
         self.elapsed = 0.0
         self._round_started = 0.0
@@ -177,13 +201,39 @@ class GradientADMMServer(ServerProtocol):
         round_ = plan.round
         self.check_quorum(np.array([i in accepted for i in range(self.num_clients)]), round_)  # all must reply
         releases = np.stack([np.asarray(accepted[i].value, dtype=float) for i in range(self.num_clients)])
-        self.state = server_round(self.state, releases, self.sizes, self.matrix, lam=self.lam, rho=self.rho,
-                                  eta=self.eta, gamma=self.gamma, accelerated=self.accelerated, restart=self.restart)
+        if self.step_rule == "proximal_bb":
+            self.state = self._proximal_bb_round(aggregate_gradients(releases, self.sizes))
+        else:
+            self.state = server_round(self.state, releases, self.sizes, self.matrix, lam=self.lam, rho=self.rho,
+                                      eta=self.eta, gamma=self.gamma, accelerated=self.accelerated,
+                                      restart=self.restart)
         self.elapsed += time.perf_counter() - self._round_started
         row = {"round": round_, "time": self.elapsed}
-        if self.evaluator is not None and (round_ % self.eval_every == 0 or round_ == self.plan.rounds):
+        if self.step_rule == "proximal_bb":
+            row["eta"] = self.step_size
+            if nonprivate.converged(self.path, round_):
+                self.stop_reason = nonprivate.stop_reason(round_)
+            elif round_ >= self.plan.rounds:
+                self.stop_reason = nonprivate.stop_reason(None)
+        if self.evaluator is not None and (round_ % self.eval_every == 0 or round_ == self.plan.rounds
+                                           or self.finished):
             row.update(self.evaluator(self.state))
         return row
+
+    def _proximal_bb_round(self, gradient: np.ndarray) -> GradientADMMState:
+        """x_t = prox_{eta_t lam ||A .||_1}(x_{t-1} - eta_t g_t) (eqs. (5.11)-(5.12)) from the aggregated
+        noise-free gradient g_t at x_{t-1}."""
+        state = self.state
+        if self._last_gradient is not None:
+            point, previous = self._last_gradient
+            self.step_size = barzilai_borwein_eta(state.x - point, gradient - previous, eta_min=self.eta,
+                                                  eta_max=nonprivate.ETA_MAX, previous=self.step_size)
+        self._last_gradient = (state.x.copy(), gradient)
+        x, dual = nonprivate.generalized_lasso_prox(state.x - self.step_size * gradient, self.step_size, self.matrix,
+                                                    self.lam, state.u, gram_norm=self._gram_norm,
+                                                    iterations=nonprivate.PROX_ITERATIONS)
+        self.path.append(x.copy())
+        return GradientADMMState(state.round + 1, x, state.y, dual, x, dual, 1.0, 0, math.inf, state.sum_x + x)
 
 
 def server_for(scenario, problem, *, evaluator=None, eval_every: int = 1, initial_dual=None,
@@ -194,5 +244,5 @@ def server_for(scenario, problem, *, evaluator=None, eval_every: int = 1, initia
     return GradientADMMServer(matrix=problem.matrix, lam=problem.lam, rho=alg.rho, eta=alg.eta, sizes=problem.counts,
                               plan=problem.site_plan(alg.rounds, scenario_privacy(scenario)), gamma=alg.gamma,
                               accelerated=alg.kind == "dp_acc_admm", restart=getattr(alg, "restart", False),
-                              initial_dual=initial_dual, evaluator=evaluator, eval_every=eval_every,
-                              on_round=on_round)
+                              initial_dual=initial_dual, step_rule=scenario_step_rule(scenario), evaluator=evaluator,
+                              eval_every=eval_every, on_round=on_round)

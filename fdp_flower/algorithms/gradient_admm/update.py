@@ -104,7 +104,8 @@ def barzilai_borwein_eta(dx: np.ndarray, dg: np.ndarray, *, eta_min: float, eta_
     """eta_t = ||dx||^2 / <dx, dg> (Barzilai & Borwein 1988), kept in [eta_min, eta_max]; ``previous`` when
     <dx, dg> <= 0 (no curvature seen).  dx = xh_{t-1} - xh_{t-2} and dg the change of the aggregated
     gradient between them: a post-processing of released gradients (no privacy cost).  With privacy off
-    it replaces the fixed eta of eq. (5.4) (docs/algorithms.md, section 5.2; measured, not the default)."""
+    it is the eta_t of the proximal step (5.11) (docs/algorithms.md, section 5.2;
+    :mod:`fdp_flower.algorithms.gradient_admm.nonprivate`)."""
     if not 0 < eta_min <= eta_max:
         raise ValueError(f"need 0 < eta_min <= eta_max, got {eta_min}, {eta_max}")
     curvature = float(np.dot(dx, dg))
