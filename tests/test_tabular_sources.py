@@ -53,7 +53,8 @@ def test_a_source_is_deterministic_and_its_partitions_cover_the_training_rows():
 def test_an_unknown_kind_is_one_line():
     with pytest.raises(ValueError, match="tabular data source 'parquet' is not supported; known: adult_a9a"):
         tabular_source(SimpleNamespace(kind="parquet"), seed=0, num_clients=2)
-    assert set(SOURCES) == {"adult_a9a", "breast_cancer", "arrays", "in_memory", "adult_nodes", "breast_cancer_nodes"}
+    assert set(SOURCES) == {"adult_a9a", "breast_cancer", "arrays", "in_memory", "adult_nodes", "breast_cancer_nodes",
+                            "synthetic_regression"}
 
 
 @pytest.mark.parametrize("intercept", [False, True])
