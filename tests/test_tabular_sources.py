@@ -233,7 +233,8 @@ def test_in_memory_rows_of_different_widths_are_one_line():
     rows = [(rng.normal(size=(5, 3)), rng.normal(size=5)), (rng.normal(size=(6, 4)), rng.normal(size=6))]
     scenario = parse_p2p_scenario({"federation": {"num_clients": 2}, "topology": {"kind": "complete"},
                                    "data": {"kind": "in_memory", "digest": rows_digest(rows)}})
-    with pytest.raises(ValueError, match=r"^the clients' in-memory rows have different numbers of features \[3, 4\]$"):
+    one_line = r"^the clients' in-memory rows have different numbers of features \[3, 4\]$"
+    with pytest.raises(ValueError, match=one_line):
         build_problem(scenario, rows=rows)
 
 

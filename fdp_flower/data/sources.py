@@ -403,5 +403,5 @@ def tabular_source(config, *, seed: int, num_clients: int, clip_c1: float = 1.0,
 
 __all__ = ["SOURCES", "SYNTHETIC_PROBLEMS", "AdultA9ASource", "AdultNodesSource", "ArraysSource",
            "BreastCancerNodesSource", "BreastCancerSource", "InMemoryRowsSource", "PartitionedRows",
-           "SyntheticRegressionSource", "adult_nodes_rows", "breast_cancer_nodes_rows", "data_rng", "fixed_size_split",
-           "split_clients", "synthetic_regression_rows", "tabular_source"]
+           "SyntheticRegressionSource", "adult_nodes_rows", "breast_cancer_nodes_rows", "data_rng",
+           "fixed_size_split", "split_clients", "synthetic_regression_rows", "tabular_source"]

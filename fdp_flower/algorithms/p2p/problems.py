@@ -319,9 +319,9 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
         loss, penalty = SquaredLoss(residual_bound=residual_bound), Penalty("elastic_net", lam1=lam1, lam2=lam2)
     if isinstance(loss, LogisticLoss):
         raise ValueError("the logistic loss needs labels in {-1, +1}; synthetic regression responses are real")
-    feats, resps, x0 = _sources.synthetic_regression_rows(kind, num_nodes=num_nodes, samples_per_node=samples_per_node,
-                                                          dim=dim, noise=noise, heterogeneity=heterogeneity, c1=c1,
-                                                          rng=rng)
+    feats, resps, x0 = _sources.synthetic_regression_rows(kind, num_nodes=num_nodes,
+                                                          samples_per_node=samples_per_node, dim=dim, noise=noise,
+                                                          heterogeneity=heterogeneity, c1=c1, rng=rng)
     return network_problem(zip(feats, resps), name=kind, loss=loss, penalty=penalty, lam=lam, c1=c1, truth=x0,
                            with_reference=with_reference)
 
@@ -379,9 +379,9 @@ def breast_cancer_problem(*, num_nodes: int = 5, samples_per_node: int = 90, tes
                           reg: float = 1e-3, c1: float = 1.0, rng: np.random.Generator,
                           with_reference: bool = True, loss=None, penalty: Penalty | None = None,
                           lam: float | None = None) -> NetworkProblem:
-    """scikit-learn's breast-cancer data (569 rows, 30 features; :func:`fdp_flower.data.sources.breast_cancer_nodes_rows`:
-    standardized with pooled statistics, a non-private convenience, an intercept appended, every row scaled by
-    1/sqrt(31)), clipped to c1 (:func:`logistic_problem`)."""
+    """scikit-learn's breast-cancer data (569 rows, 30 features;
+    :func:`fdp_flower.data.sources.breast_cancer_nodes_rows`: standardized with pooled statistics, a non-private
+    convenience, an intercept appended, every row scaled by 1/sqrt(31)), clipped to c1 (:func:`logistic_problem`)."""
     x, y = _sources.breast_cancer_nodes_rows()
     return logistic_problem(x, y, name="breast_cancer", num_nodes=num_nodes, samples_per_node=samples_per_node,
                             test_samples=test_samples, reg=reg, rng=rng, c1=c1, with_reference=with_reference,
