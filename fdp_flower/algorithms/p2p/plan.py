@@ -163,49 +163,36 @@ def model_objects(model):
     return loss, penalty, float(pc.lam)
 
 
+#: the label of a data kind's problem (:attr:`NetworkProblem.name`); a synthetic problem is named by its ``problem``
+_PROBLEM_NAMES = {"adult_nodes": "adult", "breast_cancer_nodes": "breast_cancer", "arrays": "arrays",
+                  "in_memory": "arrays"}
+
+
+def data_source(scenario, rows=None):
+    """The :mod:`fdp_flower.data.sources` source of a peer-to-peer scenario's ``data`` section: its rows drawn or
+    split by the data stream of the seed, one partition per node (``rows``: every node's (features, response) of
+    an ``in_memory`` section, checked against its digest)."""
+    from fdp_flower.data.sources import tabular_source
+
+    return tabular_source(scenario.data, seed=scenario.seed, num_clients=scenario.federation.num_clients,
+                          clip_c1=scenario.model.clip_c1, rows=rows)
+
+
 def build_problem(scenario, *, with_reference: bool = True, rows=None):
-    """The :class:`fdp_flower.algorithms.p2p.problems.NetworkProblem` of a scenario: ``federation.num_clients``
-    nodes' rows (data stream of the seed; ``rows``: every node's (features, response) of an ``in_memory``
-    section, checked against its digest) and the objective of its ``model`` section."""
-    from fdp_flower.algorithms.p2p import problems as p
+    """The :class:`fdp_flower.algorithms.p2p.problems.NetworkProblem` of a scenario: the rows of its data source
+    (:func:`data_source`), every node's clipped to ``model.clip_c1`` (with the model's intercept column), and the
+    objective of its ``model`` section (:func:`fdp_flower.algorithms.p2p.problems.network_problem`)."""
+    from fdp_flower.algorithms.p2p.problems import network_problem
 
     data, model = scenario.data, scenario.model
-    num_nodes = scenario.federation.num_clients
     loss, penalty, lam = model_objects(model)
-    rng = p.data_rng(scenario.seed)
-    c1 = model.clip_c1
-    if data.kind == "synthetic_regression":
-        return p.synthetic_problem(data.problem, num_nodes=num_nodes, samples_per_node=data.samples_per_node,
-                                   dim=data.dim, noise=data.noise, c1=c1, heterogeneity=data.heterogeneity, rng=rng,
-                                   loss=loss, penalty=penalty, lam=lam, with_reference=with_reference)
-    if data.kind == "in_memory":
-        from fdp_flower.data.tabular import rows_digest
-
-        if rows is None:
-            raise ValueError("data kind 'in_memory' names rows that exist only in the process that fit them "
-                             "(fdp_flower.fit_p2p); run it there, or write one file per node (data kind 'arrays')")
-        if len(rows) != num_nodes:
-            raise ValueError(f"in-memory rows for {len(rows)} nodes, the graph has {num_nodes}")
-        if rows_digest(rows) != data.digest:
-            raise ValueError("the in-memory rows do not match the scenario's data.digest")
-        return p.rows_problem(rows, loss=loss, penalty=penalty, lam=lam, c1=c1, intercept=model.intercept,
-                              intercept_share=model.intercept_share, with_reference=with_reference)
-    if data.kind == "node_files":
-        raise ValueError("data kind node_files: each node reads its own file (its node config's data-path); no "
-                         "process holds every node's rows")
-    if data.kind == "arrays":
-        if len(data.paths) != num_nodes:
-            raise ValueError(f"data.paths names {len(data.paths)} files for a graph of {num_nodes} nodes")
-        return p.arrays_problem(data.paths, data.digests, loss=loss, penalty=penalty, lam=lam, c1=c1,
-                                intercept=model.intercept, intercept_share=model.intercept_share,
-                                with_reference=with_reference)
-    if data.kind == "adult_nodes":
-        return p.adult_problem(num_nodes=num_nodes, samples_per_node=data.samples_per_node,
-                               test_samples=data.test_samples, loss=loss, penalty=penalty, lam=lam, c1=c1, rng=rng,
-                               path=data.path, with_reference=with_reference)
-    return p.breast_cancer_problem(num_nodes=num_nodes, samples_per_node=data.samples_per_node,
-                                   test_samples=data.test_samples, loss=loss, penalty=penalty, lam=lam, c1=c1,
-                                   rng=rng, with_reference=with_reference)
+    split = data_source(scenario, rows).split
+    test = None if split.test_features is None else (split.test_features, split.test_responses)
+    names = [str(path) for path in data.paths] if data.kind == "arrays" else None
+    return network_problem(zip(split.features, split.responses), name=_PROBLEM_NAMES.get(data.kind, getattr(
+                               data, "problem", data.kind)), loss=loss, penalty=penalty, lam=lam, c1=model.clip_c1,
+                           intercept=model.intercept, intercept_share=model.intercept_share, test=test,
+                           truth=split.truth, with_reference=with_reference, names=names)
 
 
 # ---------------------------------------------------------------- algorithm

@@ -27,12 +27,10 @@ from fdp_flower.algorithms.fdp_admm.update import Objective
 from fdp_flower.core.clipping import clip_rows
 from fdp_flower.core.losses import AbsoluteLoss, LogisticLoss, QuantileLoss, SquaredLoss
 from fdp_flower.core.penalties import Penalty
-from fdp_flower.privacy.mechanisms import DATA_STREAM
+from fdp_flower.data import sources as _sources
 
-
-def data_rng(seed: int) -> np.random.Generator:
-    """The generator of a run's data, derived from the run seed only (DATA_STREAM)."""
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(DATA_STREAM,)))
+#: the generator of a run's data, derived from the run seed only (DATA_STREAM); the data sources' own
+data_rng = _sources.data_rng
 
 
 # ---------------------------------------------------------------- curvature
@@ -227,8 +225,52 @@ def reference_solution(features, responses, loss, penalty: Penalty, lam: float) 
     return solve_smooth_reference(features, responses, loss, penalty, lam), "newton"
 
 
+# ---------------------------------------------------------------- rows -> clip -> problem
+def network_problem(parts, *, name: str, loss, penalty: Penalty, lam: float, c1: float, intercept: bool = False,
+                    intercept_share: float = 0.5, test=None, truth=None, with_reference: bool = True,
+                    names=None) -> NetworkProblem:
+    """The problem of every node's unclipped (features, response) in ``parts`` (a data source's rows,
+    :mod:`fdp_flower.data.sources`): each node's rows clipped to ||a|| <= c1
+    (:func:`fdp_flower.core.clipping.clip_rows`; with ``intercept`` the public column c0 = ``intercept_share`` c1
+    first and the features clipped to the room left, :func:`fdp_flower.core.clipping.intercept_design`), the
+    held-out ``test`` rows (features, labels) clipped alike, and the centralized reference x* (None when no exact
+    solver covers the loss and penalty).  Clipping is row-wise, so it commutes with the split.
+
+    ``name``: the problem's label; ``truth``: the coefficients the rows were drawn from; ``names``: how errors
+    name node i's rows (default ``node i``).
+    """
+    from fdp_flower.core.clipping import intercept_design
+
+    feats, resps, n_clip = [], [], 0
+    for i, (a, y) in enumerate(parts):
+        label = f"node {i}" if names is None else names[i]
+        a, y = np.asarray(a, dtype=float), np.asarray(y, dtype=float)
+        if feats and a.shape[1] != feats[0].shape[1] - int(intercept):
+            raise ValueError(f"{label}: {a.shape[1]} features, the first node's rows have "
+                             f"{feats[0].shape[1] - int(intercept)}")
+        if isinstance(loss, LogisticLoss) and not np.all(np.isin(y, (-1.0, 1.0))):
+            raise ValueError(f"{label}: the logistic loss needs labels in {{-1, +1}}")
+        a, c = intercept_design(a, c1, intercept_share) if intercept else clip_rows(a, c1)
+        n_clip += c
+        feats.append(a)
+        resps.append(y)
+    test_x = test_y = None
+    if test is not None:
+        test_x = intercept_design(test[0], c1, intercept_share)[0] if intercept else clip_rows(test[0], c1)[0]
+        test_y = np.asarray(test[1], dtype=float)
+    x_star, solver = None, ""
+    if with_reference:
+        try:
+            x_star, solver = reference_solution(feats, resps, loss, penalty, lam)
+        except ValueError:  # no exact solver for this loss and penalty (e.g. logistic + l1): no normalized error
+            pass
+    return NetworkProblem(name=name, features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
+                          lam=lam, c1=c1, x_star=x_star, test_features=test_x, test_responses=test_y, truth=truth,
+                          n_clipped=n_clip, reference_solver=solver)
+
+
 # ---------------------------------------------------------------- synthetic (Gauthier et al. 2023)
-SYNTHETIC_PROBLEMS = ("elastic_net", "lad", "ridge")
+SYNTHETIC_PROBLEMS = _sources.SYNTHETIC_PROBLEMS
 
 
 def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100, dim: int = 10,
@@ -236,7 +278,9 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
                       lam: float = 0.1, lam1: float = 1.0, lam2: float = 0.5, heterogeneity: float = 0.0,
                       rng: np.random.Generator, with_reference: bool = True, loss=None,
                       penalty: Penalty | None = None) -> NetworkProblem:
-    """Synthetic regression of Gauthier et al. (2023), Sec. 5: node i observes y_i = A_i x0 + e_i.
+    """Synthetic regression of Gauthier et al. (2023), Sec. 5: node i observes y_i = A_i x0 + e_i
+    (:func:`fdp_flower.data.sources.synthetic_regression_rows`, the rows of a ``synthetic_regression`` scenario),
+    then :func:`network_problem`.
 
     Parameters
     ----------
@@ -259,45 +303,34 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
     rng : np.random.Generator
         Source of x0, A and e.
     loss, penalty : optional
-        The objective's loss and penalty (weight ``lam``) when they are not the problem's own (a scenario's
-        ``model`` section, :func:`fdp_flower.algorithms.p2p.plan.build_problem`); the data are the same.
+        The objective's loss and penalty (weight ``lam``) when they are not the problem's own; the data are the
+        same.
     """
     if kind not in SYNTHETIC_PROBLEMS:
         raise ValueError(f"unknown synthetic problem {kind!r}; choose one of {', '.join(SYNTHETIC_PROBLEMS)}")
-    x0 = rng.standard_normal(dim)
-    if kind == "elastic_net":  # a sparse truth, as in Boyd et al.'s lasso examples
-        x0[rng.permutation(dim)[: dim // 2]] = 0.0
-    feats, resps, n_clip = [], [], 0
-    for _ in range(num_nodes):
-        a = rng.standard_normal((samples_per_node, dim)) / np.sqrt(dim)
-        a, c = clip_rows(a, c1)
-        n_clip += c
-        e = rng.laplace(0.0, noise, samples_per_node) if kind == "lad" else noise * rng.standard_normal(samples_per_node)
-        x_i = x0 + heterogeneity * rng.standard_normal(dim) if heterogeneity > 0 else x0
-        feats.append(a)
-        resps.append(a @ x_i + e)
     if loss is not None or penalty is not None:
         if loss is None or penalty is None:
             raise ValueError("give both loss and penalty, or neither")
-        lam_ = lam
     elif kind == "lad":
-        loss, penalty, lam_ = AbsoluteLoss(), Penalty("none"), 0.0
+        loss, penalty, lam = AbsoluteLoss(), Penalty("none"), 0.0
     elif kind == "ridge":
-        loss, penalty, lam_ = SquaredLoss(residual_bound=residual_bound), Penalty("l2"), lam
+        loss, penalty = SquaredLoss(residual_bound=residual_bound), Penalty("l2")
     else:
-        loss, penalty, lam_ = SquaredLoss(residual_bound=residual_bound), Penalty("elastic_net", lam1=lam1, lam2=lam2), lam
+        loss, penalty = SquaredLoss(residual_bound=residual_bound), Penalty("elastic_net", lam1=lam1, lam2=lam2)
     if isinstance(loss, LogisticLoss):
         raise ValueError("the logistic loss needs labels in {-1, +1}; synthetic regression responses are real")
-    x_star, solver = (reference_solution(feats, resps, loss, penalty, lam_) if with_reference else (None, ""))
-    return NetworkProblem(name=kind, features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
-                          lam=lam_, c1=c1, x_star=x_star, truth=x0, n_clipped=n_clip, reference_solver=solver)
+    feats, resps, x0 = _sources.synthetic_regression_rows(kind, num_nodes=num_nodes,
+                                                          samples_per_node=samples_per_node, dim=dim, noise=noise,
+                                                          heterogeneity=heterogeneity, c1=c1, rng=rng)
+    return network_problem(zip(feats, resps), name=kind, loss=loss, penalty=penalty, lam=lam, c1=c1, truth=x0,
+                           with_reference=with_reference)
 
 
 # ---------------------------------------------------------------- caller's arrays
 def arrays_problem(paths, digests=None, *, loss, penalty: Penalty, lam: float, c1: float, intercept: bool = False,
                    intercept_share: float = 0.5, with_reference: bool = True) -> NetworkProblem:
-    """The problem of a ``data.kind: arrays`` section (:class:`fdp_flower.algorithms.p2p.config.P2PArraysData`):
-    node i's rows from ``paths[i]`` (checked against ``digests[i]``), then :func:`rows_problem`."""
+    """The problem of one ``.npz`` per node (``paths[i]``, checked against ``digests[i]``;
+    :func:`fdp_flower.data.tabular.read_arrays_file`), then :func:`rows_problem`."""
     from fdp_flower.data.tabular import read_arrays_file
 
     parts = [read_arrays_file(path, None if digests is None else digests[i]) for i, path in enumerate(paths)]
@@ -307,106 +340,49 @@ def arrays_problem(paths, digests=None, *, loss, penalty: Penalty, lam: float, c
 
 def rows_problem(parts, *, loss, penalty: Penalty, lam: float, c1: float, intercept: bool = False,
                  intercept_share: float = 0.5, with_reference: bool = True, names=None) -> NetworkProblem:
-    """The problem of every node's (features, response) in ``parts`` (a ``data.kind: arrays`` or ``in_memory``
-    section), with the intercept column of :func:`fdp_flower.core.clipping.intercept_design` when ``intercept``
-    is set, clipped to ||a|| <= c1; ``names``: how errors name node i's rows (default ``node i``)."""
-    from fdp_flower.core.clipping import intercept_design
-
-    feats, resps, n_clip = [], [], 0
-    for i, (a, y) in enumerate(parts):
-        name = f"node {i}" if names is None else names[i]
-        a, y = np.asarray(a, dtype=float), np.asarray(y, dtype=float)
-        if feats and a.shape[1] != feats[0].shape[1] - int(intercept):
-            raise ValueError(f"{name}: {a.shape[1]} features, the first node's rows have "
-                             f"{feats[0].shape[1] - int(intercept)}")
-        if isinstance(loss, LogisticLoss) and not np.all(np.isin(y, (-1.0, 1.0))):
-            raise ValueError(f"{name}: the logistic loss needs labels in {{-1, +1}}")
-        a, c = intercept_design(a, c1, intercept_share) if intercept else clip_rows(a, c1)
-        n_clip += c
-        feats.append(a)
-        resps.append(y)
-    x_star, solver = None, ""
-    if with_reference:
-        try:
-            x_star, solver = reference_solution(feats, resps, loss, penalty, lam)
-        except ValueError:  # no exact solver for this loss and penalty (e.g. logistic + l1): no normalized error
-            pass
-    return NetworkProblem(name="arrays", features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
-                          lam=lam, c1=c1, x_star=x_star, n_clipped=n_clip, reference_solver=solver)
+    """:func:`network_problem` of every node's (features, response) in ``parts``, labelled ``arrays``."""
+    return network_problem(parts, name="arrays", loss=loss, penalty=penalty, lam=lam, c1=c1, intercept=intercept,
+                           intercept_share=intercept_share, with_reference=with_reference, names=names)
 
 
 # ---------------------------------------------------------------- classification (Ding et al. 2019)
-def _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng):
-    n = len(y)
-    need = num_nodes * samples_per_node + test_samples
-    if need > n:
-        raise ValueError(f"{num_nodes} nodes x {samples_per_node} samples + {test_samples} test rows "
-                         f"need {need} rows; the data has {n}")
-    perm = rng.permutation(n)
-    tr = perm[: num_nodes * samples_per_node].reshape(num_nodes, samples_per_node)
-    te = perm[num_nodes * samples_per_node: need]
-    return tuple(x[r] for r in tr), tuple(y[r] for r in tr), x[te], y[te]
-
-
 def logistic_problem(x, y, *, name: str, num_nodes: int, samples_per_node: int, test_samples: int,
-                     reg: float = 1e-3, rng: np.random.Generator, c1: float, n_clipped: int = 0,
-                     with_reference: bool = True, loss=None, penalty: Penalty | None = None,
-                     lam: float | None = None) -> NetworkProblem:
-    """Labelled rows split over the nodes; default objective: logistic loss + R(x) = Lambda ||x||^2 (Ding et al.
+                     reg: float = 1e-3, rng: np.random.Generator, c1: float, with_reference: bool = True,
+                     loss=None, penalty: Penalty | None = None, lam: float | None = None) -> NetworkProblem:
+    """Labelled unclipped rows split over the nodes (:func:`fdp_flower.data.sources.fixed_size_split`, drawn by
+    ``rng``), then :func:`network_problem`; default objective: logistic loss + R(x) = Lambda ||x||^2 (Ding et al.
     2019, Sec. V), i.e. P = elastic_net(lam1=0, lam2=1) with lam = Lambda = ``reg`` (``loss``, ``penalty``,
     ``lam``: another objective, the scenario's ``model``)."""
-    feats, resps, xte, yte = _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng)
+    feats, resps, test_x, test_y = _sources.fixed_size_split(x, y, num_nodes, samples_per_node, test_samples, rng)
     loss = LogisticLoss() if loss is None else loss
     penalty = Penalty("elastic_net", lam1=0.0, lam2=1.0) if penalty is None else penalty
     lam = reg if lam is None else lam
-    x_star, solver = None, ""
-    if with_reference:
-        try:
-            x_star, solver = reference_solution(feats, resps, loss, penalty, lam)
-        except ValueError:  # no exact solver for this loss and penalty (e.g. logistic + l1): no normalized error
-            pass
-    return NetworkProblem(name=name, features=feats, responses=resps, loss=loss, penalty=penalty, lam=lam, c1=c1,
-                          x_star=x_star, test_features=xte, test_responses=yte, n_clipped=n_clipped,
-                          reference_solver=solver)
+    return network_problem(zip(feats, resps), name=name, loss=loss, penalty=penalty, lam=lam, c1=c1,
+                           test=(test_x, test_y), with_reference=with_reference)
 
 
 def adult_problem(*, num_nodes: int = 5, samples_per_node: int = 8000, test_samples: int = 1000,
                   reg: float = 1e-3, c1: float = 1.0, rng: np.random.Generator, path: str | None = None,
                   with_reference: bool = True, loss=None, penalty: Penalty | None = None,
                   lam: float | None = None) -> NetworkProblem:
-    """UCI Adult as in Ding et al. (2019), Sec. V: rows with a missing value removed, train and test files pooled,
-    a9a-like one-hot encoding (fdp_flower.data.tabular.encode_adult) plus an intercept, every row scaled
-    by the public constant 1/sqrt(15) (at most 15 ones per row) and clipped to ||a|| <= c1; labels
-    +1 for income > 50K.  N x m rows for training, ``test_samples`` of the rest for testing."""
-    from fdp_flower.data.tabular import encode_adult, load_adult_raw
-
-    train, test = load_adult_raw(path)
-    frames = []
-    for frame in (train, test):
-        complete_rows = ~(frame.astype(str) == "?").any(axis=1)
-        frames.append(frame[complete_rows])
-    x, y = [], []
-    for frame in frames:
-        enc = encode_adult(frame)
-        x.append(np.hstack([enc, np.ones((len(enc), 1))]) / np.sqrt(15.0))
-        y.append(np.where(frame["income"].to_numpy() == ">50K", 1.0, -1.0))
-    x, n_clip = clip_rows(np.vstack(x), c1)
-    return logistic_problem(x, np.concatenate(y), name="adult", num_nodes=num_nodes,
-                            samples_per_node=samples_per_node, test_samples=test_samples, reg=reg, rng=rng,
-                            c1=c1, n_clipped=n_clip, with_reference=with_reference, loss=loss, penalty=penalty,
-                            lam=lam)
+    """UCI Adult as in Ding et al. (2019), Sec. V (:func:`fdp_flower.data.sources.adult_nodes_rows`: rows with a
+    missing value removed, train and test files pooled, a9a-like one-hot encoding plus an intercept, every row
+    scaled by the public constant 1/sqrt(15)), clipped to ||a|| <= c1; labels +1 for income > 50K.  N x m rows
+    for training, ``test_samples`` of the rest for testing (:func:`logistic_problem`)."""
+    x, y = _sources.adult_nodes_rows(path)
+    return logistic_problem(x, y, name="adult", num_nodes=num_nodes, samples_per_node=samples_per_node,
+                            test_samples=test_samples, reg=reg, rng=rng, c1=c1, with_reference=with_reference,
+                            loss=loss, penalty=penalty, lam=lam)
 
 
 def breast_cancer_problem(*, num_nodes: int = 5, samples_per_node: int = 90, test_samples: int = 119,
                           reg: float = 1e-3, c1: float = 1.0, rng: np.random.Generator,
                           with_reference: bool = True, loss=None, penalty: Penalty | None = None,
                           lam: float | None = None) -> NetworkProblem:
-    """scikit-learn's breast-cancer data (569 rows, 30 features): standardized (pooled statistics, a
-    non-private convenience), an intercept appended, every row scaled by 1/sqrt(31) and clipped to c1."""
-    from fdp_flower.data.tabular import load_breast_cancer_binary
-
-    x, y = load_breast_cancer_binary(standardize=True, intercept=True)
-    x, n_clip = clip_rows(x / np.sqrt(x.shape[1]), c1)
+    """scikit-learn's breast-cancer data (569 rows, 30 features;
+    :func:`fdp_flower.data.sources.breast_cancer_nodes_rows`: standardized with pooled statistics, a non-private
+    convenience, an intercept appended, every row scaled by 1/sqrt(31)), clipped to c1 (:func:`logistic_problem`)."""
+    x, y = _sources.breast_cancer_nodes_rows()
     return logistic_problem(x, y, name="breast_cancer", num_nodes=num_nodes, samples_per_node=samples_per_node,
-                            test_samples=test_samples, reg=reg, rng=rng, c1=c1, n_clipped=n_clip,
-                            with_reference=with_reference, loss=loss, penalty=penalty, lam=lam)
+                            test_samples=test_samples, reg=reg, rng=rng, c1=c1, with_reference=with_reference,
+                            loss=loss, penalty=penalty, lam=lam)
