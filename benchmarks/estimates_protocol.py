@@ -283,6 +283,7 @@ class PPGSettings:
     secant_clamp: float = 4.0  # one update moves f by at most this factor
     shrink: float = 0.0  # c of the final coordinatewise shrinkage x_k (1 - c V_k / x_k^2)_+ (0: none)
     shrink_mode: str = "js"  # "js": the positive-part rule above; "eb": empirical-Bayes generalized ridge
+    eb_min_alpha: float = 0.0  # the smallest decay exponent of the EB prior (1: the source condition)
     step2: float | None = None  # a of the averaging phase (None: ``step``)
     final_density: bool = False  # release one more density at the last point (from the density budget) and
     #                              recompute the dual average's one-shot estimates and the noise variances with it
@@ -293,6 +294,9 @@ class PPGSettings:
     density_rounds: tuple = (2, 5)  # curvature "density": rounds (0-based) after whose gradient a density is released
     density_share: float = 0.02  # share of mu^2 of all density releases together (split equally)
     density_bandwidths: tuple = (0.25, 0.1)  # h of each density release: first x the response scale, then / f
+    density_bandwidth_rule: str = "inverse_f"  # later releases: "inverse_f": h = density_bandwidths[j] / f;
+    #                                            "normal_sd": h = density_bandwidths[j] phi(Phi^-1(tau)) / f (a fraction of
+    #                                            the normal-equivalent residual sd, narrower at the tails)
 
 
 def _secant(pairs: list, moments: np.ndarray) -> float | None:
@@ -349,7 +353,7 @@ def run_ppg(problem: Problem, *, settings: PPGSettings, curvature: float, mu: fl
             previous = (x.copy(), g.copy())
         if s.curvature == "density" and l in s.density_rounds:
             j = s.density_rounds.index(l)
-            h = s.density_bandwidths[0] * response_scale if j == 0 else s.density_bandwidths[min(j, len(s.density_bandwidths) - 1)] / f
+            h = s.density_bandwidths[0] * response_scale if j == 0 else _later_bandwidth(s, j, f, problem.tau)
             f = float(np.clip(_density_release(problem, x, h, mu, mu_total, s, rng),
                               max(f / s.secant_clamp, s.curvature_floor * float(curvature)), f * s.secant_clamp))
         fs.append(f)
@@ -370,7 +374,8 @@ def run_ppg(problem: Problem, *, settings: PPGSettings, curvature: float, mu: fl
             x = metric.prox(v)
     if s.final_density and s.curvature == "density":
         # the density at the last point (near the optimum: the least smoothed by the iterate's own noise)
-        f = float(np.clip(_density_release(problem, x, s.density_bandwidths[-1] / f, mu, mu_total, s, rng),
+        f = float(np.clip(_density_release(problem, x, _later_bandwidth(s, len(s.density_bandwidths) - 1, f, problem.tau),
+                                           mu, mu_total, s, rng),
                           0.25 * float(curvature), f * s.secant_clamp))
         fs.append(f)
         metric = Metric(problem, moments, f, s.step if s.step2 is None else s.step2)
@@ -390,12 +395,26 @@ def run_ppg(problem: Problem, *, settings: PPGSettings, curvature: float, mu: fl
             factor = np.ones_like(est)
             factor[problem.free:] = eb_shrinkage(est[problem.free:], var[problem.free:],
                                                  problem.second_moments[problem.free:] if problem.second_moments.ndim == 1
-                                                 else np.diag(problem.second_moments)[problem.free:])
+                                                 else np.diag(problem.second_moments)[problem.free:],
+                                                 min_alpha=s.eb_min_alpha)
         else:
             factor = np.clip(1.0 - s.shrink * var / np.maximum(est**2, 1e-300), 0.0, 1.0)
             factor[: problem.free] = 1.0
         est = est * factor
     return Trace(it, est, {"multipliers": zs, "curvature": np.array(fs)})
+
+
+def _later_bandwidth(s: "PPGSettings", j: int, f: float, tau: float) -> float:
+    c = s.density_bandwidths[min(j, len(s.density_bandwidths) - 1)]
+    if s.density_bandwidth_rule == "normal_sd":
+        return c * _normal_density_at_quantile(tau) / f
+    return c / f
+
+
+def _normal_density_at_quantile(tau: float) -> float:
+    from scipy import stats
+
+    return float(stats.norm.pdf(stats.norm.ppf(tau)))
 
 
 def _density_release(problem: Problem, x: np.ndarray, h: float, mu, mu_total, s: PPGSettings,
@@ -410,16 +429,18 @@ def _density_release(problem: Problem, x: np.ndarray, h: float, mu, mu_total, s:
     return float(dens.mean())
 
 
-def eb_shrinkage(x: np.ndarray, noise_var: np.ndarray, moments: np.ndarray) -> np.ndarray:
+def eb_shrinkage(x: np.ndarray, noise_var: np.ndarray, moments: np.ndarray, *, min_alpha: float = 0.0) -> np.ndarray:
     """Factors s_k / (s_k + V_k) of the empirical-Bayes generalized ridge: the exact coefficients are modelled
     as theta_k ~ N(0, s_k), s_k = c m_k^alpha (m_k the public second moment of direction k), the released
     x_k = theta_k + N(0, V_k) with V_k the public noise variance; (c, alpha) maximize the marginal likelihood
     of the x_k (a grid; post-processing of released values).  Directions with a large signal keep factor ~1,
-    noisy directions whose coefficients look small go to 0 (what early stopping did implicitly)."""
+    noisy directions whose coefficients look small go to 0 (what early stopping did implicitly).
+    ``min_alpha`` = 1 is the source condition of functional linear regression (theta_k^2 decaying at least
+    like the score variances; Hall & Horowitz 2007 assume |theta_k| <= C k^-b, lambda_k ~ k^-a, b > a/2 + 1)."""
     x2 = np.asarray(x, float) ** 2
     m = np.asarray(moments, float) / float(np.max(moments))
     best, best_ll = None, -np.inf
-    for alpha in np.linspace(0.0, 4.0, 81):
+    for alpha in np.linspace(min_alpha, 4.0, int(round((4.0 - min_alpha) / 0.05)) + 1):
         base = m**alpha
         for logc in np.linspace(-14.0, 6.0, 201):
             tot = math.exp(logc) * base + noise_var
@@ -637,3 +658,46 @@ def calibrate_intercept(problem: Problem, w: np.ndarray, curvature: float, *, mu
         vs.append(b - (shares.mean() - problem.tau) / curvature)
         b = float(np.mean(vs))
     return b
+
+
+# ---------------------------------------------------------------- the ledger of the proposed pipeline
+def pipeline_releases(*, eps: float, delta: float, settings: PPGSettings, budget: Budget, ls_rounds: int = 6,
+                      ls_round_shares=(0.1, 0.1, 0.15, 0.15, 0.2, 0.3), standardize: bool = True) -> list[dict]:
+    """Every release one site makes in :func:`private_fit` (the same list for every site: the multipliers are
+    functions of public values only), with its phase, its noise multiplier z and its l2 sensitivity in
+    the units its noise is scaled by.  sum z^-2 = mu^2 of (eps, delta): one composed Gaussian."""
+    mu = total_mu(eps, delta)
+    out = []
+    if standardize:
+        shares = np.asarray(ls_round_shares[:ls_rounds], float)
+        shares = shares / shares.sum()
+        for r, z in enumerate(1.0 / (mu * math.sqrt(budget.location_scale) * np.sqrt(shares))):
+            out.append({"phase": "location/scale", "round": r + 1, "z": float(z), "sensitivity": "sqrt(6) / m_i"})
+    fit_share = budget.fit if standardize else budget.fit + budget.location_scale
+    t1, t2 = settings.transient, settings.rounds - settings.transient
+    fit_shares = np.r_[np.full(t1, settings.transient_share / t1), np.full(t2, (1 - settings.transient_share) / t2)]
+    base = len(out)
+    for r, z in enumerate(split_multipliers(mu * math.sqrt(fit_share), fit_shares)):
+        out.append({"phase": "fit: data term", "round": base + r + 1, "z": float(z), "sensitivity": "2 G / m_i"})
+        if settings.curvature == "density" and r in settings.density_rounds:
+            count = len(settings.density_rounds) + int(settings.final_density)
+            out.append({"phase": "fit: residual density", "round": base + r + 1,
+                        "z": float(1.0 / (mu * math.sqrt(budget.density / count))), "sensitivity": "1 / (2 h m_i)"})
+    if budget.calibration > 0:
+        base = out[-1]["round"]
+        z = math.sqrt(budget.calibration_rounds) / (mu * math.sqrt(budget.calibration))
+        for r in range(budget.calibration_rounds):
+            out.append({"phase": "intercept calibration", "round": base + r + 1, "z": float(z),
+                        "sensitivity": "1 / m_i"})
+    return out
+
+
+def pipeline_epsilon(releases: list[dict], delta: float) -> float:
+    """The PLD eps (dp_accounting) of one site's releases, composed: the ledger's headline accountant."""
+    import dp_accounting
+
+    from fdp_flower.privacy.calibration import composed_gaussian_event, pld_accountant
+
+    acc = pld_accountant()
+    acc.compose(composed_gaussian_event([r["z"] for r in releases]))
+    return float(acc.get_epsilon(delta))
