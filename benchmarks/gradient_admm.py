@@ -29,7 +29,10 @@ from fdp_flower.algorithms.gradient_admm.reference import optimality_residual, s
 from fdp_flower.algorithms.gradient_admm.update import graph_guided_matrix, privacy_report, spectral_norm_gram  # noqa: E402
 from fdp_flower.core.losses import LogisticLoss  # noqa: E402
 from fdp_flower.data import adult_a9a, load_breast_cancer_binary, train_test_split_binary  # noqa: E402
-from fdp_flower.engines.gradient_admm import GradientADMMProblem, GradientPrivacy, run_gradient_admm, split_clients  # noqa: E402
+from fdp_flower.algorithms.gradient_admm.plan import GradientADMMProblem  # noqa: E402
+from fdp_flower.algorithms.gradient_admm.update import GradientPrivacy  # noqa: E402
+from fdp_flower.data.sources import split_clients  # noqa: E402
+from fdp_flower.engines.gradient_admm import run_gradient_admm  # noqa: E402
 
 LOSS = LogisticLoss()
 DELTA = 1e-3  # the paper's delta

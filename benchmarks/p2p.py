@@ -40,9 +40,8 @@ from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     SyntheticRegressionData,
     ZcdpGradNflConfig,
     ZcdpNflConfig,
-    build_graph,
-    build_problem,
 )
+from fdp_flower.algorithms.p2p.plan import build_problem, scenario_graph  # noqa: E402
 from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
 from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 
@@ -77,7 +76,7 @@ TUNE_SEED_OFFSET = 1000  # tuning runs draw noise from other seeds than the repo
 
 def final_error(scenario, problem, reps, offset=0):
     errs = [run_scenario(scenario, problem=problem, repetition=offset + r,
-                         metrics_every=scenario.algorithm.steps).metrics["primal_normalized_error"][-1]
+                         metrics_every=scenario.algorithm.rounds).metrics["primal_normalized_error"][-1]
             for r in range(reps)]
     return float(np.mean(errs)), float(np.std(errs))
 
@@ -87,7 +86,7 @@ def tune(base, problem, cls, grid, reps, eps):
     (every algorithm gets the same treatment, per problem and per eps)."""
     scored = []
     for params in grid:
-        s = base.model_copy(update=dict(algorithm=cls(steps=NFL_STEPS, **params), privacy=total(eps)))
+        s = base.model_copy(update=dict(algorithm=cls(rounds=NFL_STEPS, **params), privacy=total(eps)))
         scored.append((final_error(s, problem, reps, TUNE_SEED_OFFSET)[0], params))
     scored.sort(key=lambda t: t[0])
     return scored[0][1]
@@ -109,9 +108,9 @@ def tuned_tradeoff(base, problem, eps_grid, reps, tune_reps):
         grad = tune(base, problem, ZcdpGradNflConfig, GRAD_GRID, tune_reps, eps)
         chosen["zCDP-NFL"].append(nfl)
         chosen["zCDP-grad-NFL"].append(grad)
-        for label, alg in (("zCDP-NFL", ZcdpNflConfig(steps=NFL_STEPS, **nfl)),
-                           ("DP-NFL", DpNflConfig(steps=NFL_STEPS, **nfl)),
-                           ("zCDP-grad-NFL", ZcdpGradNflConfig(steps=NFL_STEPS, **grad))):
+        for label, alg in (("zCDP-NFL", ZcdpNflConfig(rounds=NFL_STEPS, **nfl)),
+                           ("DP-NFL", DpNflConfig(rounds=NFL_STEPS, **nfl)),
+                           ("zCDP-grad-NFL", ZcdpGradNflConfig(rounds=NFL_STEPS, **grad))):
             trade[label].append(final_error(base.model_copy(update=dict(algorithm=alg, privacy=total(eps))),
                                             problem, reps))
     return trade, chosen
@@ -137,19 +136,19 @@ def run_nfl(reps: int, eps_grid, tune_reps: int, report: list, dump: dict):
     for col, name in enumerate(problems):
         t0 = time.time()
         base = P2PScenario(name=f"p2p_{name}", seed=0, data=SyntheticRegressionData(problem=name))
-        graph = build_graph(base.topology, base.seed)
-        problem = build_problem(base.data, graph.num_nodes, base.seed)
+        graph = scenario_graph(base)
+        problem = build_problem(base)
         trade, chosen = tuned_tradeoff(base, problem, eps_grid, reps, tune_reps)
         i10 = list(eps_grid).index(10.0)
         nfl_best, grad_best = chosen["zCDP-NFL"][i10], chosen["zCDP-grad-NFL"][i10]
         algs = {
-            "zCDP-NFL (constant budget)": (ZcdpNflConfig(steps=NFL_STEPS, **nfl_best), True),
-            "zCDP-NFL (geometric 1.01)": (ZcdpNflConfig(steps=NFL_STEPS, budget={"kind": "geometric", "ratio": 1.01},
+            "zCDP-NFL (constant budget)": (ZcdpNflConfig(rounds=NFL_STEPS, **nfl_best), True),
+            "zCDP-NFL (geometric 1.01)": (ZcdpNflConfig(rounds=NFL_STEPS, budget={"kind": "geometric", "ratio": 1.01},
                                                         **nfl_best), True),
-            "DP-NFL": (DpNflConfig(steps=NFL_STEPS, **nfl_best), True),
-            "zCDP-grad-NFL": (ZcdpGradNflConfig(steps=NFL_STEPS, **grad_best), True),
-            "non-private ADMM (same parameters)": (DecentralizedAdmmConfig(steps=NFL_STEPS, **nfl_best), False),
-            "non-private ADMM (rho=0.1, inv 10)": (DecentralizedAdmmConfig(steps=NFL_STEPS), False),
+            "DP-NFL": (DpNflConfig(rounds=NFL_STEPS, **nfl_best), True),
+            "zCDP-grad-NFL": (ZcdpGradNflConfig(rounds=NFL_STEPS, **grad_best), True),
+            "non-private ADMM (same parameters)": (DecentralizedAdmmConfig(rounds=NFL_STEPS, **nfl_best), False),
+            "non-private ADMM (rho=0.1, inv 10)": (DecentralizedAdmmConfig(rounds=NFL_STEPS), False),
         }
         ax = axes_c[col]
         curve_rows = []
@@ -200,7 +199,7 @@ def run_heterogeneous(reps: int, tune_reps: int, report: list, dump: dict):
     rows = []
     for name in ("elastic_net", "lad"):
         base = P2PScenario(seed=0, data=SyntheticRegressionData(problem=name, heterogeneity=1.0))
-        problem = build_problem(base.data, 20, base.seed)
+        problem = build_problem(base)
         trade, chosen = tuned_tradeoff(base, problem, eps_grid, reps, tune_reps)
         for i, eps in enumerate(eps_grid):
             a, b = trade["zCDP-NFL"][i], trade["zCDP-grad-NFL"][i]
@@ -211,7 +210,7 @@ def run_heterogeneous(reps: int, tune_reps: int, report: list, dump: dict):
 
 def run_acceptance_lad(report: list, dump: dict):
     s = P2PScenario(seed=0, data=SyntheticRegressionData(problem="lad"),
-                    algorithm=DecentralizedAdmmConfig(steps=1000), privacy=NONPRIVATE)
+                    algorithm=DecentralizedAdmmConfig(rounds=1000), privacy=NONPRIVATE)
     res = run_scenario(s, metrics_every=100)
     m = res.metrics
     rows = [[int(k), fmt(a), fmt(b)] for k, a, b in zip(m["round"], m["primal_normalized_error"],
@@ -229,19 +228,19 @@ PR_EPS = (0.1, 0.5, 1.0, 5.0, 10.0)
 
 def pr_schemes(eta):
     return {
-        "PR-ADMM (Per), U = 0.1": PrAdmmConfig(eta=eta, steps=PR_K, threshold=0.1,
+        "PR-ADMM (Per), U = 0.1": PrAdmmConfig(eta=eta, rounds=PR_K, threshold=0.1,
                                                decay={"kind": "periodic", "decay": 0.925, "period": 1}),
-        "PR-ADMM (Iter), U = 1": PrAdmmConfig(eta=eta, steps=PR_K, threshold=1.0,
+        "PR-ADMM (Iter), U = 1": PrAdmmConfig(eta=eta, rounds=PR_K, threshold=1.0,
                                               decay={"kind": "iteration", "rate": 0.015}),
-        "PR-ADMM (Per), no threshold": PrAdmmConfig(eta=eta, steps=PR_K, threshold=None,
+        "PR-ADMM (Per), no threshold": PrAdmmConfig(eta=eta, rounds=PR_K, threshold=None,
                                                     decay={"kind": "periodic", "decay": 0.925, "period": 1}),
     }
 
 
 def run_pr(data, label, eta_values, runs, eps_grid, report, dump, tag, schemes=None):
     base = P2PScenario(seed=0, topology={"kind": "paper004_five"}, data=data)
-    graph = build_graph(base.topology, 0)
-    problem = build_problem(data, 5, 0)
+    graph = scenario_graph(base)
+    problem = build_problem(base)
     report.append(f"## Ding et al. (2019): PR-ADMM on {label} (5 agents, K = {PR_K}, delta = 1e-4, {runs} runs)\n")
     report.append(f"Graph {graph.to_dict()['edges']} (degrees {graph.degrees.tolist()}; a reconstruction of "
                   f"the paper's Fig. 1). {problem.sample_counts.tolist()} training rows per agent, "
@@ -253,7 +252,7 @@ def run_pr(data, label, eta_values, runs, eps_grid, report, dump, tag, schemes=N
     fig, axes = plt.subplots(1, 1 + len(eta_values), figsize=(5 * (1 + len(eta_values)), 4))
     for col, eta in enumerate(eta_values):
         t0 = time.time()
-        nonpriv = run_scenario(base.model_copy(update=dict(algorithm=PrAdmmConfig(eta=eta, steps=PR_K),
+        nonpriv = run_scenario(base.model_copy(update=dict(algorithm=PrAdmmConfig(eta=eta, rounds=PR_K),
                                                            privacy=NONPRIVATE)), problem=problem)
         np_tr, np_te = (nonpriv.metrics["released_train_accuracy"][-1], nonpriv.metrics["released_test_accuracy"][-1])
         rows, acc = [], {}
@@ -305,9 +304,9 @@ def run_pr_acceptance(runs: int) -> None:
     (breast cancer when Adult is not installed), ``runs`` noise seeds, both decay schemes."""
     data, label = (P2PAdultData(), "UCI Adult") if adult_available() else (P2PBreastCancerData(), "breast cancer")
     base = P2PScenario(seed=0, topology={"kind": "paper004_five"}, data=data)
-    problem = build_problem(data, 5, 0)
+    problem = build_problem(base)
     eta = 0.02
-    nonpriv = run_scenario(base.model_copy(update=dict(algorithm=PrAdmmConfig(eta=eta, steps=PR_K),
+    nonpriv = run_scenario(base.model_copy(update=dict(algorithm=PrAdmmConfig(eta=eta, rounds=PR_K),
                                                        privacy=NONPRIVATE)), problem=problem, metrics_every=PR_K)
     np_tr = nonpriv.metrics["released_train_accuracy"][-1]
     np_te = nonpriv.metrics["released_test_accuracy"][-1]

@@ -36,8 +36,8 @@ from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     SyntheticRegressionData,
     ZcdpGradNflConfig,
     ZcdpNflConfig,
-    build_problem,
 )
+from fdp_flower.algorithms.p2p.plan import build_problem  # noqa: E402
 from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
 from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 
@@ -80,13 +80,13 @@ def main(argv=None):
     if args.quick:
         T, EPS = 20, (100.0, 10000.0)
     t0 = time.time()
-    problem = build_problem(SyntheticRegressionData(problem="elastic_net"), 20, 0)
+    problem = build_problem(P2PScenario(data=SyntheticRegressionData(problem="elastic_net")))
     arms = {"zCDP-NFL": [(f"rho={r:g} inv {e:g}", lambda r=r, e=e: ZcdpNflConfig(
-                steps=T, rho=r, step={"kind": "inv", "eta0": e})) for r, e in NFL],
+                rounds=T, rho=r, step={"kind": "inv", "eta0": e})) for r, e in NFL],
             "zCDP-grad-NFL": [(f"{k} {a:g}", lambda k=k, a=a: ZcdpGradNflConfig(
-                steps=T, step={"kind": k, "eta0": a})) for k, a in GRAD]}
+                rounds=T, step={"kind": k, "eta0": a})) for k, a in GRAD]}
     rows = []
-    free = {"zCDP-NFL": min(final_error(problem, DecentralizedAdmmConfig(steps=T, rho=r, step={"kind": "inv", "eta0": e}),
+    free = {"zCDP-NFL": min(final_error(problem, DecentralizedAdmmConfig(rounds=T, rho=r, step={"kind": "inv", "eta0": e}),
                                         None, 0) for r, e in NFL),
             "zCDP-grad-NFL": min(final_error(problem, make(), None, 0) for _, make in arms["zCDP-grad-NFL"])}
     for eps in EPS:

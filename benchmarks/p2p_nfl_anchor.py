@@ -47,11 +47,9 @@ from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     SyntheticRegressionData,
     ZcdpGradNflConfig,
     ZcdpNflConfig,
-    build_algorithm,
-    build_graph,
-    build_problem,
 )
 from fdp_flower.algorithms.p2p.grad_nfl import metropolis_row  # noqa: E402
+from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph  # noqa: E402
 from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_primal_step  # noqa: E402
 from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
 from fdp_flower.engines.p2p import run_scenario  # noqa: E402
@@ -80,10 +78,10 @@ class Network:
     """Graph, data and Metropolis matrix of one problem (built once)."""
 
     def __init__(self, problem_name):
-        s = scenario(problem_name, ZcdpNflConfig(steps=T), 10.0)
+        s = scenario(problem_name, ZcdpNflConfig(rounds=T), 10.0)
         self.name = problem_name
-        self.graph = build_graph(s.topology, s.seed)
-        self.problem = build_problem(s.data, N, s.seed)
+        self.graph = scenario_graph(s)
+        self.problem = build_problem(s)
         self.nbrs = [list(x) for x in self.graph.neighbours]
         self.deg = np.asarray(self.graph.degrees, dtype=float)
         self.W = np.zeros((N, N))
@@ -98,7 +96,7 @@ class Network:
 
 def nfl_anchor_run(net: Network, rho, step, eps, seed, anchor):
     """zCDP-NFL with anchor z_i (see module docstring); noise calibrated and drawn exactly as the library."""
-    alg = build_algorithm(ZcdpNflConfig(steps=T, rho=rho, step=step), scenario(net.name, ZcdpNflConfig(), eps).privacy,
+    alg = build_algorithm(ZcdpNflConfig(rounds=T, rho=rho, step=step), scenario(net.name, ZcdpNflConfig(), eps).privacy,
                           net.problem)
     obj, feats, resp = net.problem.objective, net.problem.features, net.problem.responses
     k_dim = net.problem.dim
@@ -111,7 +109,7 @@ def nfl_anchor_run(net: Network, rho, step, eps, seed, anchor):
         for i, nb in enumerate(net.nbrs):  # the library's step, linearized at z_i
             new_x[i] = nfl_primal_step(objective=obj, own_released=xt[i], neighbour_released=xt[nb], dual=lam[i],
                                        features=feats[i], response=resp[i], eta=eta, rho=rho, anchor=z[i])
-            params = alg.release_parameters(r, len(resp[i]), len(nb))
+            params = alg.primal_release_parameters(r, len(resp[i]), len(nb))
             new_xt[i] = new_x[i] if params is None else add_gaussian_noise(new_x[i], params[1],
                                                                              release_rng(seed, i, r))
         x, xt = new_x, new_xt
@@ -133,7 +131,7 @@ def check_released_arm_is_the_library(net: Network) -> float:
     """The ``released`` arm must reproduce the library's zCDP-NFL iterates (same noise draws)."""
     rho, step = 0.3, {"kind": "inv", "eta0": 10.0}
     ours = nfl_anchor_run(net, rho, step, 10.0, 7, "released")
-    lib = library_run(net, ZcdpNflConfig(steps=T, rho=rho, step=step), 10.0, 7)
+    lib = library_run(net, ZcdpNflConfig(rounds=T, rho=rho, step=step), 10.0, 7)
     diff = float(np.max(np.abs(ours - lib)))
     if diff > 1e-9:
         raise SystemExit(f"the benchmark's released arm differs from the library by {diff:.3g}")
@@ -149,7 +147,7 @@ def hidden_state_divergence(net: Network, rho=0.03, step=None, eps=10.0, seed=0,
     ``private`` anchor the hidden iterates drift apart and the ratio grows.
     """
     step = step or {"kind": "inv", "eta0": 5.0}
-    alg = build_algorithm(ZcdpNflConfig(steps=T, rho=rho, step=step), scenario(net.name, ZcdpNflConfig(), eps).privacy,
+    alg = build_algorithm(ZcdpNflConfig(rounds=T, rho=rho, step=step), scenario(net.name, ZcdpNflConfig(), eps).privacy,
                           net.problem)
     obj, feats, resp = net.problem.objective, net.problem.features, net.problem.responses
     feats_b, resp_b = feats[node].copy(), resp[node].copy()
@@ -168,9 +166,9 @@ def hidden_state_divergence(net: Network, rho=0.03, step=None, eps=10.0, seed=0,
             new_x[i] = (x[i] / eta - obj.local_subgradient(x[i], feats[i], resp[i]) - lam[i] + rho * consensus) / c
             if i == node:
                 x_b = (x_b / eta - obj.local_subgradient(x_b, feats_b, resp_b) - lam[i] + rho * consensus) / c
-            sens, sigma = alg.release_parameters(r, len(resp[i]), len(nb))
+            sens, sigma = alg.primal_release_parameters(r, len(resp[i]), len(nb))
             new_xt[i] = add_gaussian_noise(new_x[i], sigma, release_rng(seed, i, r))
-        ratios.append(np.linalg.norm(new_x[node] - x_b) / alg.release_parameters(r, len(resp[node]),
+        ratios.append(np.linalg.norm(new_x[node] - x_b) / alg.primal_release_parameters(r, len(resp[node]),
                                                                                    len(net.nbrs[node]))[0])
         x, xt = new_x, new_xt
     return np.asarray(ratios)
@@ -184,10 +182,10 @@ def tune_and_eval(net, eps):
         _, rho, st = min(scores, key=lambda t: t[0])
         errs = mean_error(lambda s: net.error(nfl_anchor_run(net, rho, st, eps, s, anchor)), EVAL)
         arms[anchor] = {"config": f"rho={rho:g} {st['kind']} {st['eta0']:g}", "errors": errs.tolist()}
-    scores = [(mean_error(lambda s: net.error(library_run(net, ZcdpGradNflConfig(steps=T, step=st), eps, s)),
+    scores = [(mean_error(lambda s: net.error(library_run(net, ZcdpGradNflConfig(rounds=T, step=st), eps, s)),
                           TUNE).mean(), st) for st in GRAD_GRID]
     _, st = min(scores, key=lambda t: t[0])
-    errs = mean_error(lambda s: net.error(library_run(net, ZcdpGradNflConfig(steps=T, step=st), eps, s)), EVAL)
+    errs = mean_error(lambda s: net.error(library_run(net, ZcdpGradNflConfig(rounds=T, step=st), eps, s)), EVAL)
     arms["grad"] = {"config": f"{st['kind']} {st['eta0']:g}", "errors": errs.tolist()}
     return arms
 

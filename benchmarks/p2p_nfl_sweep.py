@@ -31,14 +31,14 @@ from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     SyntheticRegressionData,
     ZcdpGradNflConfig,
     ZcdpNflConfig,
-    build_problem,
 )
+from fdp_flower.algorithms.p2p.plan import build_problem  # noqa: E402
 from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
 from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 
 T, TAIL, TUNE, EVAL = 200, 50, (1000, 2), (0, 5)
 PROBLEMS = ("elastic_net", "lad")
-PROB = {n: build_problem(SyntheticRegressionData(problem=n), 20, 0) for n in PROBLEMS}
+PROB = {n: build_problem(P2PScenario(data=SyntheticRegressionData(problem=n))) for n in PROBLEMS}
 
 
 def errors(res, x_star):
@@ -62,11 +62,11 @@ def steps(spec):
 
 
 def nfl_grid(rhos, st, budgets):
-    return [ZcdpNflConfig(steps=T, rho=r, step=s, budget=b) for r, s, b in itertools.product(rhos, st, budgets)]
+    return [ZcdpNflConfig(rounds=T, rho=r, step=s, budget=b) for r, s, b in itertools.product(rhos, st, budgets)]
 
 
 def grad_grid(st, budgets):
-    return [ZcdpGradNflConfig(steps=T, step=s, budget=b) for s, b in itertools.product(st, budgets)]
+    return [ZcdpGradNflConfig(rounds=T, step=s, budget=b) for s, b in itertools.product(st, budgets)]
 
 
 def desc(c):
@@ -93,15 +93,15 @@ def compare(title, nfl, grad, eps_list, problems=PROBLEMS):
 def diagnostic():
     print("\n## Same parameters without and with noise (final error; private: mean of 3 seeds 1000-1002)\n")
     print("| problem | algorithm | non-private | eps = 10 | eps = 1 |\n|---|---|---|---|---|")
-    cfgs = [ZcdpNflConfig(steps=T, rho=r, step={"kind": k, "eta0": e}, budget=b) for r, k, e, b in (
+    cfgs = [ZcdpNflConfig(rounds=T, rho=r, step={"kind": k, "eta0": e}, budget=b) for r, k, e, b in (
         (0.03, "inv", 30, {"kind": "constant"}), (0.1, "inv", 10, {"kind": "constant"}),
         (0.3, "inv", 10, {"kind": "constant"}), (1, "inv", 1000, {"kind": "geometric", "ratio": 1.02}),
         (3, "inv", 100, {"kind": "constant"}), (10, "inv", 1000, {"kind": "constant"}))]
-    cfgs += [ZcdpGradNflConfig(steps=T, step={"kind": k, "eta0": e}) for k, e in
+    cfgs += [ZcdpGradNflConfig(rounds=T, step={"kind": k, "eta0": e}) for k, e in
              (("inv", 5), ("inv", 10), ("inv_sqrt", 1))]
     for name in PROBLEMS:
         for c in cfgs:
-            free = (DecentralizedAdmmConfig(steps=T, rho=c.rho, step=c.step) if c.kind == "zcdp_nfl" else c)
+            free = (DecentralizedAdmmConfig(rounds=T, rho=c.rho, step=c.step) if c.kind == "zcdp_nfl" else c)
             row = [run(name, free, None, (0, 1))[0]] + [run(name, c, e, (1000, 3))[0] for e in (10.0, 1.0)]
             lab = ("zCDP-NFL " if c.kind == "zcdp_nfl" else "zCDP-grad-NFL ") + desc(c)
             print(f"| {name} | {lab} | " + " | ".join(f"{v:.3g}" for v in row) + " |", flush=True)

@@ -48,10 +48,8 @@ from fdp_flower.algorithms.p2p.config import (  # noqa: E402
     SyntheticRegressionData,
     ZcdpGradNflConfig,
     ZcdpNflConfig,
-    build_algorithm,
-    build_graph,
-    build_problem,
 )
+from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph  # noqa: E402
 from fdp_flower.config.sections import PrivacyConfig  # noqa: E402
 from fdp_flower.engines.p2p import run_scenario  # noqa: E402
 from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng  # noqa: E402
@@ -96,18 +94,19 @@ def arms_of(problem):
 
 def config(arm, params):
     if arm in ("zcdp_nfl", "neighbourhood"):
-        return ZcdpNflConfig(steps=T, **params, anchor="released" if arm == "zcdp_nfl" else "neighbourhood_average")
+        return ZcdpNflConfig(rounds=T, **params, anchor="released" if arm == "zcdp_nfl" else "neighbourhood_average")
     if arm == "dp_nfl":
-        return DpNflConfig(steps=T, **params)
+        return DpNflConfig(rounds=T, **params)
     if arm == "grad":
-        return ZcdpGradNflConfig(steps=T, **params)
+        return ZcdpGradNflConfig(rounds=T, **params)
     if arm == "p_admm":
-        return PAdmmConfig(steps=T, **params)
+        return PAdmmConfig(rounds=T, **params)
     raise ValueError(arm)
 
 
 def scenario(problem, alg, eps):
-    return P2PScenario(name="paper002", seed=0, topology={"kind": "erdos_renyi", "num_nodes": N, "average_degree": 4.0},
+    return P2PScenario(name="paper002", seed=0, federation={"num_clients": N},
+                       topology={"kind": "erdos_renyi", "average_degree": 4.0},
                        data=SyntheticRegressionData(problem=problem), algorithm=alg,
                        privacy=PrivacyConfig(mode="total", eps=eps, delta=DELTA))
 
@@ -115,8 +114,8 @@ def scenario(problem, alg, eps):
 def private_anchor_curve(problem, net, params, eps, seed):
     """zCDP-NFL linearized at the hidden x_i^k, noise of Lemma I (NOT DP); normalized error per step."""
     rho = params["rho"]
-    alg = build_algorithm(ZcdpNflConfig(steps=T, **params), scenario(problem, ZcdpNflConfig(), eps).privacy, net)
-    graph = build_graph(scenario(problem, ZcdpNflConfig(), eps).topology, 0)
+    alg = build_algorithm(ZcdpNflConfig(rounds=T, **params), scenario(problem, ZcdpNflConfig(), eps).privacy, net)
+    graph = scenario_graph(scenario(problem, ZcdpNflConfig(), eps))
     nbrs = [list(x) for x in graph.neighbours]
     obj, feats, resp = net.objective, net.features, net.responses
     x, xt, lam = (np.zeros((N, net.dim)) for _ in range(3))
@@ -128,7 +127,7 @@ def private_anchor_curve(problem, net, params, eps, seed):
         for i, nb in enumerate(nbrs):
             s = obj.local_subgradient(x[i], feats[i], resp[i])
             new_x[i] = (x[i] / eta - s - lam[i] + rho * (len(nb) * xt[i] + xt[nb].sum(0))) / (1 / eta + 2 * rho * len(nb))
-            new_xt[i] = add_gaussian_noise(new_x[i], alg.release_parameters(r, len(resp[i]), len(nb))[1],
+            new_xt[i] = add_gaussian_noise(new_x[i], alg.primal_release_parameters(r, len(resp[i]), len(nb))[1],
                                            release_rng(seed, i, r))
         x, xt = new_x, new_xt
         errs.append(float(net.normalized_error(x).mean()))
@@ -167,7 +166,7 @@ def main(argv=None):
     t0 = time.time()
     record = {"N": N, "T": T, "delta": DELTA, "tune_seeds": TUNE, "eval_seeds": EVAL, "problems": {}}
     for problem in args.problems:
-        net = build_problem(SyntheticRegressionData(problem=problem), N, 0)
+        net = build_problem(P2PScenario(federation={"num_clients": N}, data=SyntheticRegressionData(problem=problem)))
         rec = record["problems"][problem] = {"eps": list(EPS), "arms": {}}
         for arm in arms_of(problem):
             a = rec["arms"][arm] = {"tuned": {}, "final": {}, "curve": None}

@@ -173,9 +173,12 @@ def client_partition(n: int, *, n_clients: int | None, client_ids, seed: int) ->
 
 
 @contextmanager
-def _client_directory(data_dir):
+def _client_directory(data_dir, needed: bool = True):
     """A directory for the per-client files: ``data_dir`` (created, kept) or a private temporary one
-    (mode 0700, removed afterwards)."""
+    (mode 0700, removed afterwards); None when nothing is written (``needed`` False and no ``data_dir``)."""
+    if data_dir is None and not needed:
+        yield None
+        return
     if data_dir is not None:
         path = Path(data_dir)
         path.mkdir(parents=True, exist_ok=True)
@@ -311,7 +314,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
     out : path or None
         Also write a results directory there (readable by :func:`load_results`).
     data_dir : path or None
-        Keep the per-client files there (default: a temporary directory, removed after the fit).
+        Write one file per client there and fit from the files (default: None, the arrays are passed to the
+        engine in memory and nothing is written).
     reference : bool
         Solve the exact non-private problem on the pooled rows for the history's objective gap
         (default: True).
@@ -325,9 +329,11 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         neighbouring relation, mode), ``ledger``, ``history``, ``scenario``.
     """
     from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+    from fdp_flower.algorithms.fdp_admm.plan import data_source
     from fdp_flower.engines.inprocess import run_fdp_admm
     from fdp_flower.functional.design import CurveData
     from fdp_flower.functional.node_files import file_digest, write_node_file
+    from fdp_flower.functional.sources import curves_digest
     from fdp_flower.outputs.results import write_results
 
     values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
@@ -336,9 +342,17 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         raise InputError("give client_ids or client_column, not both")
     parts, _names = client_partition(len(response_values), n_clients=n_clients,
                                      client_ids=labels if labels is not None else client_ids, seed=seed)
-    with _client_directory(data_dir) as directory:
-        paths = [write_node_file(directory / f"client-{i}.npz",
-                                 CurveData(values[rows], response_values[rows], grid)) for i, rows in enumerate(parts)]
+    clients = [CurveData(values[rows], response_values[rows], grid) for rows in parts]
+    from fdp_flower.functional.fpca import FunctionalBasis
+
+    with _client_directory(data_dir, needed=isinstance(basis, FunctionalBasis)) as directory:
+        source = None
+        if data_dir is None:  # the arrays stay in memory: the scenario names their digest only
+            source_section = {"kind": "in_memory", "digest": curves_digest(clients), "response_offset": response_offset}
+        else:  # the caller asked for the per-client files
+            paths = [write_node_file(directory / f"client-{i}.npz", part) for i, part in enumerate(clients)]
+            source_section = {"kind": "client_arrays", "paths": [str(p) for p in paths],
+                              "digests": [file_digest(p) for p in paths], "response_offset": response_offset}
         algorithm: dict[str, Any] = {"kind": "fdp_admm", "rho": rho}
         if eps is None:  # no noise: the same schedule as total-budget mode (a constant step and a tail average)
             from fdp_flower.algorithms.fdp_admm.config import SPHERE_TOTAL_BUDGET_DEFAULTS, TOTAL_BUDGET_DEFAULTS
@@ -352,8 +366,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             algorithm["estimator"] = {"kind": estimator}
         data = {
             "name": name, "seed": seed,
-            "data": {"kind": "client_arrays", "paths": [str(p) for p in paths],
-                     "digests": [file_digest(p) for p in paths], "response_offset": response_offset},
+            "data": source_section,
             "federation": {"num_clients": len(parts)},
             "basis": _basis_section(basis, n_components, eps,
                                     basis_eps if basis_eps is not None or eps is None
@@ -366,8 +379,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
         scenario = _parse(parse_scenario, data, "fit()")
+        if data_dir is None:
+            source = data_source(scenario, clients)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
-        result = run_fdp_admm(scenario, progress=printer, with_reference=reference)
+        result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
         if out is not None:
             write_results(result, out)
         return FunctionalModel.from_run(result)
@@ -402,11 +417,11 @@ def _check_labels(loss: str, y: np.ndarray) -> None:
 P2P_GRAPHS = ("ring", "complete", "star", "random_regular", "erdos_renyi", "small_world")
 
 
-def _topology(graph, num_nodes: int, degree: int | None) -> dict[str, Any]:
+def _topology(graph, degree: int | None) -> dict[str, Any]:
     if isinstance(graph, str):
         if graph not in P2P_GRAPHS:
             raise InputError(f"graph: choose one of {', '.join(P2P_GRAPHS)} or give an edge list, got {graph!r}")
-        section: dict[str, Any] = {"kind": graph, "num_nodes": num_nodes}
+        section: dict[str, Any] = {"kind": graph}
         if degree is not None:
             key = {"random_regular": "degree", "erdos_renyi": "average_degree", "small_world": "k"}.get(graph)
             if key is None:
@@ -414,14 +429,15 @@ def _topology(graph, num_nodes: int, degree: int | None) -> dict[str, Any]:
             section[key] = degree
         return section
     edges = [tuple(int(v) for v in e) for e in graph]
-    return {"kind": "custom", "num_nodes": num_nodes, "edges": edges}
+    return {"kind": "custom", "edges": edges}
 
 
 def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "zcdp_nfl", loss: str = "quantile",
             tau: float = 0.5, penalty: str = "none", lam: float = 0.0, eps: float | None = 1.0, delta: float = 1e-5,
-            privacy: str = "total", n_nodes: int | None = None, node_ids=None, steps: int | None = None,
+            privacy: str = "total", n_nodes: int | None = None, node_ids=None, rounds: int | None = None,
             clip: float = 1.0, residual_bound: float = 1.0, intercept: bool = True, intercept_share: float = 0.5,
-            seed: int = 0, out=None, data_dir=None, reference: bool = True, name: str = "fit_p2p") -> TabularModel:
+            seed: int = 0, out=None, data_dir=None, reference: bool = True, name: str = "fit_p2p",
+            **renamed) -> TabularModel:
     """Fit a linear model peer to peer (no server): zCDP-NFL, DP-NFL, zCDP-grad-NFL, PR-ADMM or
     decentralized ADMM (Gauthier et al. 2023 and Ding et al. 2019; docs/api.md).
 
@@ -440,10 +456,10 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         "quantile" (default), "absolute", "logistic" or "squared" (residual clipped at residual_bound).
     penalty, lam : str, float
         Penalty and weight (default: none, 0); the intercept is never penalized.
-    eps, delta, privacy : as in :func:`fit` (per_round: each step's zCDP budget is the first step's).
+    eps, delta, privacy : as in :func:`fit` (per_round: each round's zCDP budget is the first round's).
     n_nodes, node_ids : the split of the rows over the graph's nodes (default 10 seeded parts).
-    steps : int or None
-        T (default: the algorithm's).
+    rounds : int or None
+        T (default: the algorithm's; ``steps`` was its earlier name and is refused with a one-line error).
     clip : float
         c1, the row-norm bound of every node's features (default: 1.0).
     intercept, intercept_share, seed, out, data_dir, reference, name : as in :func:`fit`.
@@ -454,9 +470,14 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
         ``coefficients`` and ``intercept`` (mean of the nodes' last released estimates), ``node_coefficients``,
         ``predict(X)``, ``privacy``, ``ledger``, ``history``.
     """
-    from fdp_flower.algorithms.p2p.config import build_graph, build_problem, parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+    from fdp_flower.algorithms.p2p.plan import build_problem
     from fdp_flower.engines.p2p import run_scenario
 
+    if "steps" in renamed:
+        raise InputError("steps: renamed to rounds")
+    if renamed:
+        raise TypeError(f"fit_p2p() got an unexpected keyword argument {next(iter(renamed))!r}")
     x, r = tabular_inputs(X, y)
     _check_labels(loss, r)
     parts, _ = client_partition(len(r), n_clients=n_nodes, client_ids=node_ids, seed=seed)
@@ -465,20 +486,21 @@ def fit_p2p(X, y, *, graph="ring", degree: int | None = None, algorithm: str = "
     with _client_directory(data_dir) as directory:
         paths, digests = _write_tabular(directory, x, r, parts)
         alg: dict[str, Any] = {"kind": algorithm}
-        if steps is not None:
-            alg["steps"] = steps
+        if rounds is not None:
+            alg["rounds"] = rounds
         data = {
-            "name": name, "seed": seed, "topology": _topology(graph, len(parts), degree),
-            "data": {"kind": "arrays", "paths": paths, "digests": digests, "loss": loss, "tau": tau,
-                     "residual_bound": residual_bound, "penalty": penalty, "lam": lam, "c1": clip,
-                     "intercept": intercept, "intercept_share": intercept_share},
+            "name": name, "seed": seed, "federation": {"num_clients": len(parts)},
+            "topology": _topology(graph, degree),
+            "data": {"kind": "arrays", "paths": paths, "digests": digests},
+            "model": {"loss": {"kind": loss, "tau": tau, "residual_bound": residual_bound},
+                      "penalty": {"kind": penalty, "lam": lam}, "clip_c1": clip, "intercept": intercept,
+                      "intercept_share": intercept_share},
             "algorithm": alg,
             "privacy": _privacy_section(eps, delta, privacy, "seeded"),
             "output": {"dir": str(out) if out is not None else "results"},
         }
         scenario = _parse(parse_p2p_scenario, data, "fit_p2p()")
-        graph_ = build_graph(scenario.topology, scenario.seed)
-        problem = build_problem(scenario.data, graph_.num_nodes, scenario.seed, with_reference=reference)
+        problem = build_problem(scenario, with_reference=reference)
         result = run_scenario(scenario, problem=problem)
         history = {k: np.asarray(v) for k, v in result.metrics.items()}
         rows = [{k: float(v[i]) for k, v in history.items()} for i in range(len(history["round"]))]
@@ -514,7 +536,8 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
         outside A x.
     eps, delta : the total budget of the run (Xu et al. 2020, Theorem 1, one calibration for all T rounds);
         eps=None runs plain ADMM / AccADMM.
-    neighbouring : "add_remove" (the paper's sensitivity c/m, default) or "replace_one" (2c/m).
+    neighbouring : "add_remove" (default) or "replace_one": the relation the guarantee is stated for; the mean
+        gradient's sensitivity is 2c/m_i under both (the paper's c/m is not a bound), so the noise is the same.
     n_clients, client_ids, rounds, rho, eta, clip, intercept, intercept_share, seed, out, data_dir, reference,
     name : as in :func:`fit` (rounds, rho, eta default to the schema's 200, 0.3, 4.0).
 
@@ -540,7 +563,8 @@ def fit_gradient(X, y, *, algorithm: str = "dp_admm", loss: str = "logistic", ta
             "data": {"kind": "arrays", "paths": paths, "digests": digests, "intercept": intercept,
                      "intercept_share": intercept_share},
             "federation": {"num_clients": len(parts)},
-            "model": {"loss": {"kind": loss, "tau": tau}, "lam": lam, "constraint": {"kind": constraint},
+            "model": {"loss": {"kind": loss, "tau": tau}, "penalty": {"kind": "l1", "lam": lam},
+                      "constraint": {"kind": constraint},
                       "clip_c1": clip},
             "algorithm": alg, "privacy": privacy,
             "output": {"dir": str(out) if out is not None else "results"},

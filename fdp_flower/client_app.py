@@ -1,48 +1,33 @@
-"""Flower ClientApp entry: parse the scenario once per run, dispatch on its algorithm.
+"""Flower ClientApp entry: parse the scenario once per run, hand each message to its family's handler.
 
 Only what a client needs is imported here (numpy, the scenario schema, the wire format, the site
-rules); each family's worker is imported on its first message, and SciPy, dp_accounting,
-matplotlib and scikit-fda only by the code paths that use them.
+rules); each family's handler (the registry's ``client_train``) is imported on its first message, and
+SciPy, dp_accounting, matplotlib and scikit-fda only by the code paths that use them.
 """
 from __future__ import annotations
 
-import warnings
-from typing import Callable
+import logging
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Context, Message
-    from flwr.clientapp import ClientApp
-
-import importlib
-
-from fdp_flower.algorithms.registry import family_of
+from fdp_flower.algorithms.registry import family, resolve
 from fdp_flower.clients.common import run_scenario
-from fdp_flower.clients.site import SITE_ERRORS, refusal_reply
+from fdp_flower.clients.site import refusal_reply
+from fdp_flower.wire.flwr import ClientApp, Context, Message
 
 app = ClientApp()
-
-# algorithm family -> (module, handler(msg, context, scenario) -> reply), imported on first use
-TRAIN_HANDLERS: dict[str, tuple[str, str]] = {
-    "fdp_admm": ("fdp_flower.clients.fdp_admm", "handle_fdp_admm_train"),
-    "p2p": ("fdp_flower.clients.p2p", "handle_p2p_train"),
-    "gradient_admm": ("fdp_flower.clients.gradient_admm", "handle_gradient_admm_train"),
-}
-
-
-def train_handler(family: str) -> Callable[[Message, Context, object], Message]:
-    module, name = TRAIN_HANDLERS[family]
-    return getattr(importlib.import_module(module), name)
+log = logging.getLogger(__name__)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """One release; a refusal by the site's policy is an error reply (nothing released)."""
-    scenario = run_scenario(context)
+    """One round's releases.  Any failure -- a refusal by the site's policy, a value it does not accept,
+    unreadable data -- is an error reply stripped of the node's local paths (nothing released); the whole
+    message stays in the node's log."""
     try:
-        return train_handler(family_of(scenario.algorithm.kind))(msg, context, scenario)
-    except SITE_ERRORS as exc:
-        return refusal_reply(msg, exc)
+        scenario = run_scenario(context)
+        return resolve(family(scenario.algorithm.kind).client_train)(msg, context, scenario)
+    except Exception as exc:  # noqa: BLE001 (every failure becomes a one-line, path-free error reply)
+        log.warning("fdp-flower: train message refused: %s", exc)
+        return refusal_reply(msg, exc, context)
 
 
 @app.query()
@@ -52,5 +37,6 @@ def query(msg: Message, context: Context) -> Message:
 
     try:
         return handle_node_setup_query(msg, context, run_scenario(context))
-    except SITE_ERRORS as exc:
-        return refusal_reply(msg, exc)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("fdp-flower: setup query refused: %s", exc)
+        return refusal_reply(msg, exc, context)

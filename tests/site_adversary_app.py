@@ -23,8 +23,9 @@ with warnings.catch_warnings():
     from flwr.serverapp import Grid, ServerApp
 
 from fdp_flower.algorithms.fdp_admm.plan import build_basis
+from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.algorithms.registry import any_scenario_from_run_config
-from fdp_flower.wire import SETUP_PHASE, pack_arrays
+from fdp_flower.wire import RELEASE_KEY, SETUP_PHASE, pack_requests
 
 app = ServerApp()
 WAIT = 300.0
@@ -37,20 +38,21 @@ def _outcomes(replies) -> dict[str, dict]:
         if reply.has_error():
             out[node] = {"error": reply.error.reason}
             continue
-        entry = {"partition": int(reply.content["metrics"]["partition-id"]),
+        partition = reply.content["metrics"]["partition-id"]
+        entry = {"partition": int(partition[0] if isinstance(partition, list) else partition),
                  "site": dict(reply.content["site"]) if "site" in reply.content else None}
-        if "noisy_primal" in reply.content["arrays"]:
-            entry["released"] = reply.content["arrays"]["noisy_primal"].numpy().tolist()
+        if RELEASE_KEY in reply.content["arrays"]:
+            entry["released"] = reply.content["arrays"][RELEASE_KEY].numpy()[0].tolist()
         out[node] = entry
     return out
 
 
 def train(grid: Grid, nodes, round_: int, basis) -> dict[str, dict]:
-    zeros = np.zeros(basis.n_components)
-    arrays = {"global_w": zeros, "dual": zeros, "noisy_primal": zeros,
-              **{f"basis_{k}": v for k, v in basis.to_arrays().items()}}
-    messages = [Message(RecordDict({"arrays": pack_arrays(**arrays), "config": ConfigRecord({"round": round_})}),
-                        dst_node_id=node, message_type=MessageType.TRAIN) for node in nodes]
+    """Ask every node for its release of ``round_`` at the point 0 (the node's own partition)."""
+    request = SiteRequest(None, round_, {"point": np.zeros(basis.n_components)})
+    broadcast = {f"basis_{k}": v for k, v in basis.to_arrays().items()}
+    messages = [Message(pack_requests([request], {}, broadcast), dst_node_id=node, message_type=MessageType.TRAIN)
+                for node in nodes]
     return _outcomes(grid.send_and_receive(messages, timeout=120))
 
 

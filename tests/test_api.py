@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -44,14 +45,14 @@ def test_arrays_fdatagrid_and_dataframe_give_the_same_model(data):
     p = m.privacy
     assert p.private and p.mode == "total" and p.eps_budget == 1.0 and p.delta == 1e-5
     assert p.eps == pytest.approx(1.0, abs=1e-3) and p.eps <= 1.0 + 1e-6 and p.eps < p.eps_rdp
-    assert p.neighbouring == "replace_one" and p.mechanisms == ("fdp_admm_primal",)
+    assert p.neighbouring == "replace_one" and p.mechanisms == ("fdp_admm_subgradient",)
     assert p.releases == 12 and len(m.ledger.releases) == 12 * 10
     assert "eps = 1 at delta = 1e-05 (PLD" in str(p)
     assert isinstance(m.history, pd.DataFrame) and list(m.history["round"]) == list(range(1, 13))
     assert m.scenario.model.intercept and m.scenario.federation.num_clients == 10
-    # the scenario names the client files and their digests, never the values
+    # the scenario names the curves' digest, never the values, and nothing was written to disk
     dump = m.scenario.model_dump(mode="json")
-    assert dump["data"]["kind"] == "client_arrays" and len(dump["data"]["digests"]) == 10
+    assert dump["data"]["kind"] == "in_memory" and dump["data"]["digest"].startswith("sha256:")
     assert len(repr(dump)) < 10_000
 
 
@@ -126,7 +127,7 @@ def test_load_results_reads_a_fdp_flower_run_directory(tmp_path):
 
 
 @pytest.mark.parametrize("scenario, overrides", [
-    ("p2p_lad_zcdp_nfl.yaml", ["algorithm.steps=3"]),
+    ("p2p_lad_zcdp_nfl.yaml", ["algorithm.rounds=3"]),
     ("dp_admm_breast_cancer.yaml", ["algorithm.rounds=3", "federation.num_clients=2"]),
 ])
 def test_load_results_reads_the_other_families_run_directories(tmp_path, scenario, overrides):
@@ -150,7 +151,7 @@ def test_load_results_reads_the_other_families_run_directories(tmp_path, scenari
 def test_the_federated_fpca_basis_is_charged_to_the_ledger(data):
     model = fdp_flower.fit(data.curves, data.response, grid=GRID, basis="fpca", n_components=4, basis_eps=0.5,
                            **FAST)
-    assert model.privacy.mechanisms == ("fdp_admm_primal", "fpca_covariance")
+    assert model.privacy.mechanisms == ("fdp_admm_subgradient", "fpca_covariance")
     # total mode: the basis phase's (0.5, 1e-6) summary is inside the whole run's eps = 1
     assert 0.97 <= model.privacy.eps <= 1.0 and model.privacy.releases == 13
     assert model.basis.kind == "federated_dp"
@@ -184,6 +185,7 @@ def test_a_changed_client_file_is_refused(tmp_path, data):
     (lambda d: fdp_flower.fit(pd.DataFrame({"response": d.response, "x": d.response, "t=0": d.response})),
      "column 'x' is neither"),
     (lambda d: fdp_flower.fit_p2p(d.curves, np.sign(d.response), loss="logistic", n_nodes=1), "at least 2 nodes"),
+    (lambda d: fdp_flower.fit_p2p(d.curves, d.response, steps=5), "steps: renamed to rounds"),
     (lambda d: fdp_flower.fit_gradient(d.curves, d.response, loss="logistic"), r"labels in \{-1, \+1\}"),
 ])
 def test_bad_input_fails_in_one_line_naming_the_argument(data, call, message):
@@ -203,7 +205,7 @@ def _regression(n=900, k=3, seed=0):
 def test_fit_p2p_reaches_the_exact_solution_with_an_intercept_and_reads_back(tmp_path):
     x, y, truth = _regression()
     model = fdp_flower.fit_p2p(x, y, loss="absolute", algorithm="decentralized_admm", eps=None, n_nodes=5,
-                               graph="complete", steps=400, clip=1.5, out=tmp_path / "p2p")
+                               graph="complete", rounds=400, clip=1.5, out=tmp_path / "p2p")
     assert model.history["released_normalized_error"].iloc[-1] < 0.02  # against the exact LP with free intercept
     assert model.intercept == pytest.approx(2.0, abs=0.05)
     np.testing.assert_allclose(model.coefficients, truth, atol=0.1)
@@ -212,7 +214,7 @@ def test_fit_p2p_reaches_the_exact_solution_with_an_intercept_and_reads_back(tmp
     back = fdp_flower.load_results(tmp_path / "p2p")
     np.testing.assert_allclose(back.w, model.w, rtol=0, atol=0)
     assert back.intercept == model.intercept and not back.privacy.private
-    private = fdp_flower.fit_p2p(x, y, loss="absolute", eps=5.0, n_nodes=5, graph="ring", steps=50, clip=1.5)
+    private = fdp_flower.fit_p2p(x, y, loss="absolute", eps=5.0, n_nodes=5, graph="ring", rounds=50, clip=1.5)
     assert private.privacy.mode == "total" and private.privacy.eps == pytest.approx(5.0, rel=1e-3)
     assert private.privacy.releases == 50
 
@@ -255,3 +257,30 @@ def test_readme_python_example_runs_as_written(capsys):
     assert float(eps) <= 1.0 + 1e-3 and float(mise) < 0.2
     shown = re.search(r"```\n(MISE = .*?)\n```", section, re.S).group(1)
     assert printed.strip() == shown.strip()  # the output shown in the README is the output
+
+
+def test_fit_writes_nothing_and_a_data_dir_fits_the_same_model_from_files(data, tmp_path, monkeypatch):
+    """The arrays reach the engine in memory: no file is opened for writing during a fit; with data_dir
+    the same fit runs from one file per client and gives the same model."""
+    import builtins
+
+    opened = []
+    real_open = builtins.open
+
+    def watch(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+"):
+            opened.append(str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", watch)
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: pytest.fail("a temporary directory was made"))
+    memory = fdp_flower.fit(data.curves, data.response, grid=GRID, **FAST)
+    monkeypatch.undo()
+    assert opened == []
+    files = fdp_flower.fit(data.curves, data.response, grid=GRID, data_dir=tmp_path / "files", **FAST)
+    assert files.scenario.data.kind == "client_arrays" and len(list((tmp_path / "files").glob("*.npz"))) == 10
+    np.testing.assert_allclose(memory.w, files.w, rtol=0, atol=1e-12)
+    from fdp_flower.algorithms.fdp_admm.plan import data_source
+
+    with pytest.raises(ValueError, match="exist only in the process that fit them"):
+        data_source(memory.scenario)

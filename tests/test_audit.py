@@ -85,7 +85,7 @@ def test_llr_and_kl_estimators():
 # ------------------------------------------------------------------ scenarios, cut small
 FDP_SMALL = ["data.n_samples=400", "federation.num_clients=4"]
 # per-step budgets: the total-budget PLD calibration at eps = 10 alone takes many seconds
-P2P_SMALL = ["topology.num_nodes=6", "data.samples_per_node=40", "privacy.mode=per_round", "privacy.eps=1"]
+P2P_SMALL = ["federation.num_clients=6", "data.samples_per_node=40", "privacy.mode=per_round", "privacy.eps=1"]
 
 
 def _audit(path, overrides, *, steps, trials=30, relations="calibrated", variant=None, fpca=False):

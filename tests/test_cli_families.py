@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from fdp_flower.algorithms.registry import ALGORITHM_KINDS, family_of, load_any_scenario
+from fdp_flower.algorithms.registry import algorithm_kinds, family_of, load_any_scenario
 from fdp_flower.cli import main
 from fdp_flower.config.base import ScenarioError
 
 
 @pytest.mark.parametrize("scenario,override", [
-    ("scenarios/p2p_lad_zcdp_nfl.yaml", "algorithm.steps=5"),
+    ("scenarios/p2p_lad_zcdp_nfl.yaml", "algorithm.rounds=5"),
     ("scenarios/dp_admm_breast_cancer.yaml", "algorithm.rounds=5"),
 ])
 def test_run_other_families(tmp_path, capsys, scenario, override):
@@ -24,7 +24,7 @@ def test_run_other_families(tmp_path, capsys, scenario, override):
 
 
 def test_family_dispatch_and_unknown_kind(tmp_path):
-    assert {family_of(k) for k in ALGORITHM_KINDS} == {"fdp_admm", "p2p", "gradient_admm"}
+    assert {family_of(k) for k in algorithm_kinds()} == {"fdp_admm", "p2p", "gradient_admm"}
     bad = tmp_path / "bad.yaml"
     bad.write_text("algorithm: {kind: fdp_admn}\n")
     with pytest.raises(ScenarioError, match=r"bad.yaml: algorithm.kind: unknown algorithm 'fdp_admn'"):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
-from fdp_flower.algorithms.fdp_admm.plan import build_objective, noise_plan, noise_scales
+from fdp_flower.algorithms.fdp_admm.plan import site_plan, build_objective, noise_plan, noise_scales
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.config.base import ScenarioError
@@ -107,9 +107,11 @@ def test_every_engine_draws_the_same_shaped_releases(task_identity):  # noqa: F8
     np.testing.assert_allclose(batched.global_w, local.state.global_w, rtol=0, atol=1e-10)
     plan = noise_plan(sc, local.basis)
     assert plan.gradient_bound == pytest.approx(0.5)  # quantile tau = 0.5 on rows with ||a / s|| <= 1
-    first = local.ledger.releases[0]
-    _eta, sensitivity, sigma = plan.release(1, local.sample_sizes[first.client])
-    assert (first.sensitivity, first.sigma) == (pytest.approx(float(sensitivity)), pytest.approx(float(sigma)))
+    first = local.ledger.releases[0]  # the descent term's Mahalanobis sensitivity 2G/m_i (eq. (1.3))
+    m = local.sample_sizes[first.client]
+    sensitivity, sigma = site_plan(sc, local.basis).calibration(1, m)
+    assert first.sensitivity == pytest.approx(2 * 0.5 / m) == pytest.approx(float(sensitivity))
+    assert first.sigma == pytest.approx(float(sigma))
     # an isotropic run of the same scenario releases different vectors (the shape matters)
     sphere = run_fdp_admm(parse_scenario(sc.model_dump(mode="json") | {"model": sc.model.model_dump(mode="json")
                                                                        | {"clip_shape": "sphere"},

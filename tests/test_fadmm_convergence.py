@@ -117,10 +117,12 @@ def test_privacy_on_refuses_the_adaptive_rules(override, field):
     assert "\n" not in message and f"algorithm.{field}" in message and "privacy off" in message
 
 
-def test_private_client_and_plan_refuse_another_rho():
-    """A private release is calibrated for algorithm.rho: neither the plan nor the client uses another."""
+def test_private_plan_refuses_another_rho_and_the_site_never_sees_rho():
+    """A private run's steps are planned for algorithm.rho: the plan refuses another.  The site's
+    release does not depend on rho (nor on the duals, the consensus or the step): it is never sent."""
+    from fdp_flower.algorithms.fdp_admm.plan import load_partition, site_plan
+    from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
     from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
-    from fdp_flower.clients.fdp_admm import fdp_admm_client_update
 
     sc = load_scenario(ROOT / "scenarios" / "quickstart.yaml", SMALL[:4])
     assert sc.privacy.enabled
@@ -128,17 +130,10 @@ def test_private_client_and_plan_refuse_another_rho():
     plan = noise_plan(sc, basis)
     with pytest.raises(ValueError, match="calibrated"):
         plan.release(1, sizes, rho=2 * sc.algorithm.rho)
-    from fdp_flower.algorithms.fdp_admm.plan import load_partition
-
-    data = load_partition(sc, 0)
-    zeros = np.zeros(basis.n_components)
-    kw = dict(global_w=zeros, dual=zeros, noisy_primal=zeros, round_=1)
-    with pytest.raises(ValueError, match="calibrated"):
-        fdp_admm_client_update(sc, 0, data, basis, rho=2 * sc.algorithm.rho, **kw)
-    same = fdp_admm_client_update(sc, 0, data, basis, rho=sc.algorithm.rho, **kw)
-    default = fdp_admm_client_update(sc, 0, data, basis, **kw)
-    np.testing.assert_array_equal(same.noisy_primal, default.noisy_primal)
-    assert same.sensitivity == default.sensitivity
+    assert load_partition(sc, 0).n_samples > 0
+    request = FDPADMMServer(sc, basis, sizes).begin_round().requests[0]
+    assert set(request.public) == {"point"}  # the only public value a site evaluates at
+    assert site_plan(sc, basis).private
 
 
 # ---------------------------------------------------------------- engines

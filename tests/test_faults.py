@@ -228,20 +228,20 @@ def _hostile(kind):
     def behaviour(rnd, client, msg, reply):
         if client != 2 or rnd not in (2, 4):
             return reply
-        metrics = dict(reply.content["metrics"])
-        primal = reply.content["arrays"]["noisy_primal"].numpy()
+        metrics = {k: list(v) for k, v in reply.content["metrics"].items()}
+        release = reply.content["arrays"]["release"].numpy()
         if kind == "shape":
-            arrays = pack_arrays(noisy_primal=np.ones(primal.size + 1))
+            arrays = pack_arrays(release=np.ones((1, release.shape[1] + 1)))
         elif kind == "nan":
-            arrays = pack_arrays(noisy_primal=np.full(primal.size, np.nan))
+            arrays = pack_arrays(release=np.full(release.shape, np.nan))
         elif kind == "norm":
-            arrays = pack_arrays(noisy_primal=np.full(primal.size, 1e6))
+            arrays = pack_arrays(release=np.full(release.shape, 1e6))
         elif kind == "sigma":
-            arrays, metrics["sigma"] = reply.content["arrays"], metrics["sigma"] * 0.5
+            arrays, metrics["sigma"] = reply.content["arrays"], [s * 0.5 for s in metrics["sigma"]]
         elif kind == "partition":
-            arrays, metrics["partition-id"] = reply.content["arrays"], 0
+            arrays, metrics["partition-id"] = reply.content["arrays"], [0]
         elif kind == "extra-array":
-            arrays = pack_arrays(noisy_primal=primal, scores=np.ones((5, primal.size)))
+            arrays = pack_arrays(release=release, scores=np.ones((5, release.shape[1])))
         elif kind == "garbage":
             return Message(RecordDict({"arrays": ArrayRecord()}), reply_to=msg)
         elif kind == "timeout":
@@ -305,34 +305,44 @@ def test_runner_stops_cleanly_below_quorum_and_marks_the_dead_node(tmp_path):
 # ------------------------------------------------------------------ peer-to-peer
 def test_p2p_failed_node_is_held_and_neighbours_use_its_last_release(monkeypatch):
     import fdp_flower.engines.p2p as engine
-    from fdp_flower.algorithms.p2p.config import ZcdpNflConfig, build_algorithm
+    from fdp_flower.algorithms.p2p import protocol
+    from fdp_flower.algorithms.p2p.config import ZcdpNflConfig
+    from fdp_flower.algorithms.p2p.plan import build_algorithm
     from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
     from fdp_flower.algorithms.p2p.topology import erdos_renyi, graph_rng
     from fdp_flower.config.sections import PrivacyConfig
 
     g = erdos_renyi(8, 0.4, graph_rng(1))
     problem = synthetic_problem("lad", num_nodes=8, samples_per_node=20, dim=3, rng=data_rng(1))
-    alg = build_algorithm(ZcdpNflConfig(steps=6), PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4), problem)
-    seen = []
-    real = engine.node_round
+    alg = build_algorithm(ZcdpNflConfig(rounds=6), PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4), problem)
+    asked, steps = [], []
+    real_answer, real_primal = engine.answer, protocol.node_primal
 
-    def spy(**kw):
-        seen.append((kw["node"], kw["state"].round + 1, np.array(kw["neighbour_released"])))
-        return real(**kw)
+    def spy_answer(requests, *args, **kwargs):
+        asked.extend((r.client, r.round) for r in requests)
+        return real_answer(requests, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "node_round", spy)
+    def spy_primal(algorithm, objective, step, term):
+        steps.append(step)
+        return real_primal(algorithm, objective, step, term)
+
+    monkeypatch.setattr(engine, "answer", spy_answer)
+    monkeypatch.setattr(protocol, "node_primal", spy_primal)
     res = engine.run_p2p(problem, g, alg, seed=3, failure_rate=0.3, failure_seed=11)
     failed = res.failed
     assert failed[1:].any() and not failed[0].any()
     np.testing.assert_array_equal(failed[1:], np.array([draw_failures(11, r, 8, 0.3) for r in range(1, 7)]))
-    assert len(seen) == int((~failed[1:]).sum())  # failed nodes computed nothing
+    assert sorted(asked) == sorted((i, r) for r in range(1, 7) for i in range(8) if not failed[r, i])  # failed: nothing
     released = {(r.round, r.client) for r in res.ledger.releases}
     assert released == {(r, i) for r in range(1, 7) for i in range(8) if not failed[r, i]}
+    assert [(f.round, f.client, f.charged) for f in res.failures] == [
+        (r, i, False) for r in range(1, 7) for i in range(8) if failed[r, i]]
     for r, i in zip(*np.nonzero(failed)):  # held vectors
         for arr in (res.released, res.duals, res.primal):
             np.testing.assert_array_equal(arr[r, i], arr[r - 1, i])
-    for node, r, received in seen:  # neighbours see the held (last released) vector
-        np.testing.assert_array_equal(received, res.released[r - 1][list(g.neighbours[node])])
+    assert len(steps) == int((~failed[1:]).sum())
+    for step in steps:  # a node's step uses the held (last released) vectors of its failed neighbours
+        np.testing.assert_array_equal(step.neighbours, res.released[step.round - 1][list(g.neighbours[step.node])])
     base = engine.run_p2p(problem, g, alg, seed=3)
     assert not base.failed.any() and not np.allclose(base.released[-1], res.released[-1])
 
@@ -343,7 +353,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 _metric_values = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=True, allow_infinity=True))
 _metric_keys = st.sampled_from(["partition-id", "num-examples", "eta", "sensitivity", "sigma", "clipped-rows", "x"])
-_arrays = st.dictionaries(st.sampled_from(["noisy_primal", "scores", "dual"]),
+_arrays = st.dictionaries(st.sampled_from(["release", "scores", "dual"]),
                           st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=0, max_size=6),
                           max_size=2)
 
@@ -360,9 +370,9 @@ def test_server_never_crashes_on_any_reply(metrics, arrays, keep_honest_metrics)
     def fuzz(rnd, client, msg, reply):
         if (rnd, client) != (2, 1):
             return reply
-        m = dict(reply.content["metrics"]) if keep_honest_metrics else {}
-        m.update(metrics)
-        return Message(RecordDict({"arrays": pack_arrays(**{k: np.asarray(v) for k, v in arrays.items()}),
+        m = {k: list(v) for k, v in reply.content["metrics"].items()} if keep_honest_metrics else {}
+        m.update({k: [v] for k, v in metrics.items()})
+        return Message(RecordDict({"arrays": pack_arrays(**{k: np.reshape(v, (1, -1)) for k, v in arrays.items()}),
                                    "metrics": MetricRecord(m)}), reply_to=msg)
 
     strategy, _ = run_strategy(sc, fuzz)
@@ -370,7 +380,7 @@ def test_server_never_crashes_on_any_reply(metrics, arrays, keep_honest_metrics)
     failed = [(f.round, f.client) for f in strategy.failures]
     assert failed in ([], [(2, 1)])
     if not failed:  # accepted only if it is exactly a valid release
-        assert set(arrays) == {"noisy_primal"} and len(arrays["noisy_primal"]) == 4
+        assert set(arrays) == {"release"} and len(arrays["release"]) == 4
 
 
 def test_a_restarted_node_rejoins_under_a_new_node_id():

@@ -5,20 +5,22 @@ import numpy as np
 import pytest
 
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
-from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_basis, client_features, load_partition
+from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_basis, build_objective, load_partition, site_plan
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
 from fdp_flower.algorithms.fdp_admm.update import (
     FDPADMMState,
     Objective,
     client_primal_step,
     primal_sensitivity,
+    server_primal_step,
     server_update,
 )
-from fdp_flower.clients.fdp_admm import fdp_admm_client_update
+from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.core.losses import QuantileLoss
 from fdp_flower.core.penalties import Penalty
 from fdp_flower.engines.inprocess import run_fdp_admm
 from fdp_flower.functional import design
-from fdp_flower.privacy.mechanisms import zcdp_to_dp
+from fdp_flower.privacy.mechanisms import run_noise, zcdp_to_dp
 
 RNG = np.random.default_rng(2024)
 
@@ -74,21 +76,31 @@ def _client_inputs(scenario, partition=0):
     return data, basis, state
 
 
+def site_release(scenario, data, basis, point, round_):
+    """One client's release through the site function (:func:`fdp_flower.algorithms.fdp_admm.site.answer`)."""
+    features, clipped = site_features(scenario, basis, data)
+    site = SiteData.stack([0], [features], [data.response], [clipped])
+    (release,) = answer([SiteRequest(0, round_, {"point": point})], site, site_plan(scenario, basis),
+                        run_noise(scenario.seed))
+    return release
+
+
 def test_released_noise_has_the_calibrated_standard_deviation():
+    """The site releases its descent term with noise of the calibrated sigma = z 2G/m (eq. (1.3)):
+    (noisy - noise-free) / sigma over 300 rounds are iid N(0, 1)."""
     private = parse_scenario({**SMALL, "algorithm": {"rounds": 300}})
     public = parse_scenario({**SMALL, "algorithm": {"rounds": 300}, "privacy": {"enabled": False}})
     data, basis, state = _client_inputs(private)
-    plan = NoisePlan(private, basis.n_components)
     z = np.sqrt(2 * np.log(1.25 / 1e-5)) / 0.5
     standardized = []
     for round_ in range(1, 301):
-        noisy = fdp_admm_client_update(private, 0, data, basis, round_=round_, **state)
-        clean = fdp_admm_client_update(public, 0, data, basis, round_=round_, **state)
-        _, sensitivity, sigma = plan.release(round_, data.n_samples)
-        assert noisy.sigma == pytest.approx(z * sensitivity, rel=1e-12) == pytest.approx(float(sigma))
-        assert noisy.sensitivity == pytest.approx(
-            2 * private.model.clip_c1 * 0.5 / (data.n_samples * (0.1 + 1 / noisy.eta)), rel=1e-12)
-        standardized.append((noisy.noisy_primal - clean.noisy_primal) / noisy.sigma)
+        noisy = site_release(private, data, basis, state["noisy_primal"], round_)
+        clean = site_release(public, data, basis, state["noisy_primal"], round_)
+        assert clean.event is None and noisy.event.mechanism == "fdp_admm_subgradient"
+        sensitivity = 2 * private.model.clip_c1 * 0.5 / data.n_samples  # 2G/m, G = c1 max(tau, 1 - tau)
+        assert noisy.event.sensitivity == pytest.approx(sensitivity, rel=1e-12)
+        assert noisy.event.sigma == pytest.approx(z * sensitivity, rel=1e-12)
+        standardized.append((noisy.value - clean.value) / noisy.event.sigma)
     z_scores = np.concatenate(standardized)  # 3000 draws that should be iid N(0, 1)
     n = z_scores.size
     assert abs(z_scores.mean()) < 4 / np.sqrt(n)
@@ -97,11 +109,28 @@ def test_released_noise_has_the_calibrated_standard_deviation():
     assert len(np.unique(np.round(z_scores, 12))) == n
 
 
+def test_the_server_step_on_a_release_is_the_papers_noisy_primal():
+    """The server's step on the released descent term gives the paper's primal (eq. (1.2)) plus the
+    noise scaled by 1 / (rho + 1/eta): the same mechanism, its affine part post-processing."""
+    private = parse_scenario(SMALL)
+    data, basis, state = _client_inputs(private)
+    objective, plan = build_objective(private), NoisePlan(private, basis.n_components)
+    features, _ = site_features(private, basis, data)
+    eta, rho = plan.step_size(2, data.n_samples), private.algorithm.rho
+    release = site_release(private, data, basis, state["noisy_primal"], 2)
+    primal = server_primal_step(objective=objective, descent=release.value, eta=eta, rho=rho, **state)
+    clean = client_primal_step(objective=objective, features=features, response=data.response, eta=eta, rho=rho,
+                               **state)
+    noise = (primal - clean) * (rho + 1 / eta)
+    expected = release.value + objective.loss.mean_subgradient(state["noisy_primal"], features, data.response)
+    np.testing.assert_allclose(noise, expected, rtol=1e-9, atol=1e-12)
+
+
 def test_client_clips_rows_to_c1():
     scenario = parse_scenario({**SMALL, "model": {"clip_c1": 0.8}})
     data = load_partition(scenario, 1)
     basis = build_basis(scenario, data.curves)
-    features, clipped = client_features(scenario, basis, data)
+    features, clipped = site_features(scenario, basis, data)
     raw_norms = np.linalg.norm(basis.scores(data.curves), axis=1)
     assert np.linalg.norm(features, axis=1).max() <= 0.8 + 1e-12
     assert clipped == np.count_nonzero(raw_norms > 0.8) > 0

@@ -10,7 +10,7 @@ from fdp_flower.config.base import parse_override_string
 from tests.flower_harness import REPO, flwr_run, simulation_superlink
 
 CASES = [
-    ("scenarios/p2p_lad_zcdp_nfl.yaml", "algorithm.steps=3"),
+    ("scenarios/p2p_lad_zcdp_nfl.yaml", "algorithm.rounds=3"),
     ("scenarios/dp_admm_breast_cancer.yaml", "algorithm.rounds=3; federation.num_clients=2"),
 ]
 

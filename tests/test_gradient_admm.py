@@ -3,15 +3,18 @@ reference, engine."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 
 from fdp_flower.algorithms.gradient_admm.reference import optimality_residual, solve_generalized_lasso
+from fdp_flower.algorithms.gradient_admm.plan import GradientADMMProblem
+from fdp_flower.algorithms.gradient_admm.site import POINT, SiteData, SitePlan, answer, data_term
 from fdp_flower.algorithms.gradient_admm.update import (
+    GradientPrivacy,
     aggregate_gradients,
     check_gamma,
-    client_release,
     dual_update,
     extrapolate,
     gradient_sensitivity,
@@ -30,7 +33,9 @@ from fdp_flower.algorithms.gradient_admm.update import (
 )
 from fdp_flower.core.losses import AbsoluteLoss, LogisticLoss, QuantileLoss
 from fdp_flower.data import load_breast_cancer_binary, train_test_split_binary
-from fdp_flower.engines.gradient_admm import GradientADMMProblem, GradientPrivacy, run_gradient_admm, split_clients
+from fdp_flower.algorithms.protocol import PublicValueError, SiteRequest
+from fdp_flower.data.sources import split_clients
+from fdp_flower.engines.gradient_admm import run_gradient_admm
 from fdp_flower.privacy import PrivacyLedger
 from fdp_flower.privacy.ledger import rdp_epsilon
 from fdp_flower.privacy.mechanisms import release_rng
@@ -165,26 +170,94 @@ def test_measured_mean_gradient_sensitivity_reaches_2c_over_m_under_add_remove_a
     assert np.linalg.norm(full - removed) == pytest.approx(2 * float(paper_sensitivity(1.0, m)))  # c/m fails
 
 
-def test_logistic_labels_outside_plus_minus_one_are_refused_on_the_client():
-    feats = np.eye(3)
-    with pytest.raises(ValueError, match=r"labels in \{-1, \+1\}.*e\.g\. 50"):
-        client_release(loss=LOSS, x_hat=np.zeros(3), features=feats, response=np.array([1.0, -1.0, 50.0]),
-                       sigma=0.1, seed=0, client=0, round_=1)
-    with pytest.raises(ValueError, match="labels in"):
-        client_release(loss=LOSS, x_hat=np.zeros(3), features=feats, response=np.array([1.0, 0.0, 1.0]),
-                       sigma=None, seed=0, client=0, round_=1)
-    ok = client_release(loss=LOSS, x_hat=np.zeros(3), features=feats, response=np.array([1.0, -1.0, 1.0]),
-                        sigma=None, seed=0, client=0, round_=1)
-    assert np.linalg.norm(ok) <= 1.0
+def _site(response, features=None):
+    features = np.eye(3) if features is None else features
+    return SiteData((0,), (features,), (np.asarray(response, dtype=float),))
 
 
-def test_client_release_draws_the_release_rng_noise():
+def _ask(site, plan, point, round_=1):
+    """The site's answer to one request, and the ledger events its noise source was called with."""
+    drawn = []
+
+    def noise(events):
+        drawn.extend(events)
+        return release_rng(0, 0, round_)
+
+    (out,) = answer([SiteRequest(0, round_, {POINT: point})], site, plan, noise)
+    return out, drawn
+
+
+PRIVATE = SitePlan(LOSS, 1.0, 3, 4, GradientPrivacy(eps=1.0, delta=1e-3))
+
+
+def test_logistic_labels_outside_plus_minus_one_are_refused_on_the_site():
+    """A logistic request on a site with real-valued responses: refused, nothing released, nothing charged."""
+    for labels, pattern in (([1.0, -1.0, 50.0], r"labels in \{-1, \+1\}.*e\.g\. 50"), ([1.0, 0.0, 1.0], "labels in")):
+        for plan in (PRIVATE, SitePlan(LOSS, 1.0, 3, 4, None)):
+            out, drawn = _ask(_site(labels), plan, np.zeros(3))
+            assert isinstance(out, ValueError) and re.search(pattern, str(out)), out
+            assert drawn == []  # the noise source (the site's charge) was never called
+    ok, drawn = _ask(_site([1.0, -1.0, 1.0]), SitePlan(LOSS, 1.0, 3, 4, None), np.zeros(3))
+    assert np.linalg.norm(ok.value) <= 1.0 and ok.event is None and drawn == []
+    # the same real-valued responses are a valid quantile site: labels are checked against the loss asked for,
+    # every time a new loss is asked for on the same site
+    site = _site([1.0, -1.0, 50.0])
+    out, _ = _ask(site, SitePlan(QuantileLoss(tau=0.5), 0.5, 3, 4, None), np.zeros(3))
+    assert out.value.shape == (3,)
+    out, drawn = _ask(site, PRIVATE, np.zeros(3))
+    assert isinstance(out, ValueError) and "labels in" in str(out) and drawn == []
+
+
+@pytest.mark.parametrize("point, message", [
+    (np.array([1e300, 0.0, 0.0]), "magnitude"),
+    (np.array([-1.0e101, 1.0, 1.0]), "magnitude"),
+    (np.array([np.inf, 0.0, 0.0]), "NaN or infinite"),
+    (np.array([np.nan, 0.0, 0.0]), "NaN or infinite"),
+    (np.zeros(4), "shape"),
+    (None, "not a numeric array|shape"),
+])
+def test_extreme_public_values_are_refused_with_nothing_released(point, message):
+    out, drawn = _ask(_site([1.0, -1.0, 1.0]), PRIVATE, point)
+    assert isinstance(out, PublicValueError) and re.search(message, str(out)), out
+    assert drawn == []
+
+
+def test_extreme_but_accepted_points_keep_the_noise_sigma():
+    """Subnormal or large (<= 1e100) points: the release is the clipped mean gradient plus N(0, sigma^2 I),
+    whatever the point; the gradient's norm stays <= c, so the noise cannot be absorbed by rounding."""
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(40, 3))
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    labels = np.sign(rng.normal(size=40))
+    site = _site(labels, features)
+    for point in (np.full(3, 5e-324), np.array([1e100, -1e100, 1e99]), np.zeros(3)):
+        out, drawn = _ask(site, PRIVATE, point)
+        sigma = float(PRIVATE.calibration(1, 40)[1])
+        assert [e.sigma for e in drawn] == [sigma] and out.event == drawn[0]
+        clean = data_term(LOSS, point, features, labels)
+        assert np.linalg.norm(clean) <= 1.0 + 1e-12
+        np.testing.assert_array_equal(out.value, clean + sigma * release_rng(0, 0, 1).standard_normal(3))
+
+
+def test_a_round_outside_the_calibration_is_refused():
+    out, drawn = _ask(_site([1.0, -1.0, 1.0]), PRIVATE, np.zeros(3), round_=5)
+    assert isinstance(out, ValueError) and "calibrated for 4 releases" in str(out) and drawn == []
+
+
+def test_site_release_draws_the_release_rng_noise():
     rng = np.random.default_rng(3)
     a, y = rng.normal(size=(20, 3)), np.sign(rng.normal(size=20))
     x = rng.normal(size=3)
-    clean = client_release(loss=LOSS, x_hat=x, features=a, response=y, sigma=None, seed=5, client=2, round_=7)
-    noisy = client_release(loss=LOSS, x_hat=x, features=a, response=y, sigma=0.3, seed=5, client=2, round_=7)
-    np.testing.assert_array_equal(noisy, clean + 0.3 * release_rng(5, 2, 7).standard_normal(3))
+    site = SiteData((2,), (a,), (y,))
+    plan = SitePlan(LOSS, 1.0, 3, 10, GradientPrivacy(eps=1.0, delta=1e-3))
+    from fdp_flower.privacy.mechanisms import run_noise
+
+    (noisy,) = answer([SiteRequest(2, 7, {POINT: x})], site, plan, run_noise(5))
+    sens, sigma = plan.calibration(7, 20)
+    assert noisy.event.sensitivity == float(sens) == 2.0 / 20 and noisy.event.sigma == float(sigma)
+    assert noisy.event.mechanism == "gaussian_gradient" and noisy.event.neighbouring == "add_remove"
+    clean = data_term(LOSS, x, a, y)
+    np.testing.assert_array_equal(noisy.value, clean + float(sigma) * release_rng(5, 2, 7).standard_normal(3))
 
 
 # ---------------------------------------------------------------- fixtures on breast cancer

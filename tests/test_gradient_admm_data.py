@@ -93,3 +93,19 @@ def test_scenario_validation_errors(tmp_path):
     with pytest.raises(ValueError):
         DPADMMConfig(mu=1.0)
     assert DPAccADMMConfig().kind == "dp_acc_admm"
+
+
+def test_the_old_penalty_field_fails_in_one_line_naming_the_new_one(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("algorithm:\n  kind: dp_admm\nmodel:\n  lam: 1.0e-3\n")
+    with pytest.raises(ScenarioError) as err:
+        load_gradient_admm_scenario(old)
+    assert str(err.value) == f"{old}: model.lam: renamed to model.penalty.lam"
+    new = tmp_path / "new.yaml"
+    new.write_text("algorithm:\n  kind: dp_admm\nmodel:\n  penalty:\n    lam: 1.0e-3\n")
+    scenario = load_gradient_admm_scenario(new)
+    assert scenario.model.penalty.lam == 1.0e-3 and scenario.model.penalty.kind == "l1"
+    l2 = tmp_path / "l2.yaml"
+    l2.write_text("model:\n  penalty:\n    kind: l2\n")
+    with pytest.raises(ScenarioError, match="model.penalty.kind"):  # the generalized lasso penalizes ||A x||_1
+        load_gradient_admm_scenario(l2)

@@ -1,9 +1,9 @@
 """No raw data or scores leave a client: every message a client sends is inspected.
 
 A whole run on an in-memory grid drives the real client handlers (the functions the ClientApp
-calls); every reply must be exactly {noisy_primal (K floats)} + {partition-id, num-examples, eta,
-sensitivity, sigma} (+ clipped-rows only when configured), and the primal must be the client's
-update plus exactly its calibrated noise.  The setup reply of a run on node-local data carries only
+calls); every reply must be exactly {release (1 x K floats)} + {partition-id, num-examples,
+sensitivity, sigma} (+ clipped-rows only when configured), and the release must be the client's
+descent term at the point it was sent plus exactly its calibrated noise.  The setup reply of a run on node-local data carries only
 bookkeeping and, for the federated DP basis, the noisy B x B summary -- never an array with one
 entry per sample."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
-from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, client_features, load_partition
-from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.algorithms.fdp_admm.plan import build_objective, load_partition, site_plan
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.functional import design
 from fdp_flower.privacy.mechanisms import release_rng
 from tests.test_faults import FakeGrid, run_strategy, task_identity  # noqa: F401  (fixture)
@@ -24,7 +24,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
     from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
-TRAIN_METRICS = {"partition-id", "num-examples", "eta", "sensitivity", "sigma"}
+TRAIN_METRICS = {"partition-id", "num-examples", "sensitivity", "sigma"}
 M, N, K = 3, 111, 4  # m_i = 37: no legitimate array has 37 entries
 
 
@@ -38,12 +38,12 @@ def _inspect_train_reply(reply: Message, sc, expect_clipped: bool):
     assert not reply.has_error()
     assert set(reply.content.keys()) == {"arrays", "metrics"}
     arrays = {k: v.numpy() for k, v in reply.content["arrays"].items()}
-    assert set(arrays) == {"noisy_primal"} and arrays["noisy_primal"].shape == (K,)
-    assert arrays["noisy_primal"].dtype == np.float64
+    assert set(arrays) == {"release"} and arrays["release"].shape == (1, K)
+    assert arrays["release"].dtype == np.float64
     metrics = dict(reply.content["metrics"])
     assert set(metrics) == TRAIN_METRICS | ({"clipped-rows"} if expect_clipped else set())
-    assert all(np.ndim(v) == 0 for v in metrics.values())  # scalars only
-    return arrays["noisy_primal"], metrics
+    assert all(len(v) == 1 and np.ndim(v[0]) == 0 for v in metrics.values())  # one scalar each
+    return arrays["release"][0], {k: v[0] for k, v in metrics.items()}
 
 
 @pytest.mark.parametrize("privacy, expect_clipped", [({}, False), ({"report_clipped_rows": True}, True),
@@ -54,18 +54,18 @@ def test_every_train_reply_is_exactly_the_release(privacy, expect_clipped):
     assert len(grid.replies) == M * sc.algorithm.rounds
     basis = strategy.basis
     objective = build_objective(sc)
-    plan = NoisePlan(sc, K)
+    plan = site_plan(sc, basis)
     for msg, reply in zip(grid.sent, grid.replies):
         primal, metrics = _inspect_train_reply(reply, sc, expect_clipped)
         client, rnd = int(metrics["partition-id"]), int(msg.content["config"]["round"])
-        # the released value is the client's update plus exactly its calibrated noise, nothing else
+        # the released value is the client's descent term at the point it was sent plus exactly its
+        # calibrated noise, nothing else (eq. (1.3))
         sent = {k: v.numpy() for k, v in msg.content["arrays"].items()}
+        assert {k for k in sent if not k.startswith("basis_")} == {"req.point"}
         data = load_partition(sc, client)
-        feats, _ = client_features(sc, basis, data)
-        eta, sens, sigma = plan.release(rnd, feats.shape[0])
-        exact = client_primal_step(objective=objective, noisy_primal=sent["noisy_primal"], global_w=sent["global_w"],
-                                   dual=sent["dual"], features=feats, response=data.response, eta=float(eta),
-                                   rho=sc.algorithm.rho)
+        feats, _ = site_features(sc, basis, data)
+        sens, sigma = plan.calibration(rnd, feats.shape[0])
+        exact = -objective.loss.mean_subgradient(sent["req.point"][0], feats, data.response)
         assert metrics["num-examples"] == feats.shape[0] == N // M
         if sigma is None:
             np.testing.assert_array_equal(primal, exact)
@@ -120,7 +120,7 @@ def test_the_inspector_catches_a_leak():
             return reply
         from flwr.app import MetricRecord
 
-        arrays = pack_arrays(noisy_primal=reply.content["arrays"]["noisy_primal"].numpy(), scores=np.ones((37, K)))
+        arrays = pack_arrays(release=reply.content["arrays"]["release"].numpy(), scores=np.ones((37, K)))
         return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(dict(reply.content["metrics"]))}),
                        reply_to=msg)
 

@@ -7,9 +7,10 @@ import warnings
 
 import numpy as np
 
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.clients import fdp_admm as client_worker
 from fdp_flower.engines.inprocess import run_fdp_admm
-from fdp_flower.wire import BASIS_PREFIX, BATCH_CLIENTS_KEY, pack_arrays
+from fdp_flower.wire import BASIS_PREFIX, CLIENTS_KEY, pack_arrays
 from tests.test_faults import FakeGrid, error_reply, scenario, task_identity  # noqa: F401  (fixture)
 
 with warnings.catch_warnings():
@@ -44,24 +45,24 @@ def test_two_nodes_six_clients_two_messages_a_round_equal_to_the_inprocess_engin
     assert len(grid.replies) == 2 * rounds and not any(r.has_error() for r in grid.replies)
     for msg in grid.sent:
         node = msg.metadata.dst_node_id
-        carried = list(msg.content["config"][BATCH_CLIENTS_KEY])
+        carried = list(msg.content["config"][CLIENTS_KEY])
         assert carried == [c for c in range(6) if c % 2 == node - 1]
         names = set(msg.content["arrays"].keys())
-        assert {n for n in names if not n.startswith(BASIS_PREFIX)} == {"global_w", "duals", "noisy_primals"}
-        assert msg.content["arrays"]["duals"].numpy().shape == (3, 4)
+        assert {n for n in names if not n.startswith(BASIS_PREFIX)} == {"req.point"}  # the point, nothing else
+        assert msg.content["arrays"]["req.point"].numpy().shape == (3, 4)
         assert any(n.startswith(BASIS_PREFIX) for n in names) == (int(msg.content["config"]["round"]) == 1)
     for reply in grid.replies:  # one release row and one metric entry per client, nothing else
         assert set(reply.content.keys()) == {"arrays", "metrics"}
-        assert reply.content["arrays"]["noisy_primals"].numpy().shape == (3, 4)
+        assert reply.content["arrays"]["release"].numpy().shape == (3, 4)
         assert all(len(v) == 3 for v in reply.content["metrics"].values())
-        assert {"partition-id", "num-examples", "eta", "sensitivity", "sigma"} <= set(reply.content["metrics"]) \
-            <= {"partition-id", "num-examples", "eta", "sensitivity", "sigma", "clipped-rows"}
+        assert {"partition-id", "num-examples", "sensitivity", "sigma"} <= set(reply.content["metrics"]) \
+            <= {"partition-id", "num-examples", "sensitivity", "sigma", "clipped-rows"}
     local = run_fdp_admm(sc, with_reference=False)
     for name in ("global_w", "duals", "noisy_primals"):
         np.testing.assert_allclose(getattr(strategy.state, name), getattr(local.state, name), rtol=0, atol=1e-10)
     key = lambda r: (r["round"], r["client"])  # noqa: E731
     assert sorted(strategy.ledger.to_rows(), key=key) == sorted(local.ledger.to_rows(), key=key)
-    assert not strategy.failures and strategy.sample_sizes == dict(enumerate(local.sample_sizes))
+    assert not strategy.failures and [int(m) for m in strategy.server.sizes] == local.sample_sizes
 
 
 def test_a_refused_client_fails_alone_and_a_failed_node_fails_all_it_carried(monkeypatch):
@@ -129,7 +130,7 @@ def test_a_batched_reply_leaving_a_client_out_fails_that_client_alone_and_charge
         if rnd != 3 or msg.metadata.dst_node_id != 2:
             return reply
         metrics = {k: list(v)[1:] for k, v in reply.content["metrics"].items()}  # client 1's row dropped
-        arrays = pack_arrays(noisy_primals=reply.content["arrays"]["noisy_primals"].numpy()[1:])
+        arrays = pack_arrays(release=reply.content["arrays"]["release"].numpy()[1:])
         return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(metrics)}), reply_to=msg)
 
     strategy, _ = _run(sc, behaviour)
@@ -138,48 +139,49 @@ def test_a_batched_reply_leaving_a_client_out_fails_that_client_alone_and_charge
     assert len(strategy.ledger.releases) == sc.algorithm.rounds * 6
 
 
-def test_the_stacked_node_update_equals_each_client_alone_and_refuses_clients_alone():
-    """fdp_admm_node_update steps a node's clients as one stacked array operation: with unequal sizes
-    (a padded, masked stack) each client's release equals its own fdp_admm_client_update to rounding;
-    a client with a bad dual, or refused by the site when its noise is asked for, fails alone."""
+def test_the_stacked_site_function_equals_each_client_alone_and_refuses_clients_alone():
+    """The site function answers a node's clients as one stacked array operation: with unequal sizes
+    (a padded, masked stack) each client's release equals its answer alone to rounding; a client sent a
+    bad point, or refused by the site when its noise is asked for, fails alone."""
     from fdp_flower.algorithms.fdp_admm import plan
+    from fdp_flower.algorithms.fdp_admm.site import SiteData, answer
+    from fdp_flower.algorithms.protocol import SiteRequest
+    from fdp_flower.privacy.mechanisms import run_noise
     from fdp_flower.privacy.site_policy import SiteRefusal
 
     sc = scenario(privacy={"enabled": True, "eps": 2.0, "delta": 1e-5}, data={"n_samples": 605})
     basis = plan.build_basis(sc)
     dim = basis.n_components
     rng = np.random.default_rng(11)
-    global_w = rng.normal(size=dim)
-    clients, sizes = [], set()
+    rows, sizes = [], set()
     for partition in range(6):
         data = plan.load_partition(sc, partition)
-        features, clipped = plan.client_features(sc, basis, data)
+        features, clipped = site_features(sc, basis, data)
         sizes.add(features.shape[0])
-        clients.append(client_worker.NodeClient(partition, features, clipped, data.response,
-                                                rng.normal(size=dim), rng.normal(size=dim)))
+        rows.append((features, data.response, clipped))
     assert len(sizes) > 1  # 605 curves on 6 clients: unequal slices
-    together = client_worker.fdp_admm_node_update(sc, basis, clients, global_w=global_w, round_=3)
-    for c, reply in zip(clients, together):
-        alone = client_worker.fdp_admm_client_update(
-            sc, c.partition, client_worker._Responses(c.response), basis, global_w=global_w, dual=c.dual,
-            noisy_primal=c.noisy_primal, round_=3, features=(c.features, c.clipped))
-        np.testing.assert_allclose(reply.noisy_primal, alone.noisy_primal, rtol=0, atol=1e-12)
-        assert (reply.partition, reply.num_examples, reply.sigma) == (alone.partition, alone.num_examples, alone.sigma)
+    site = SiteData.stack(range(6), [f for f, _, _ in rows], [y for _, y, _ in rows], [c for _, _, c in rows])
+    calibration, seeded = plan.site_plan(sc, basis), run_noise(sc.seed)
+    requests = [SiteRequest(i, 3, {"point": rng.normal(size=dim)}) for i in range(6)]
+    together = answer(requests, site, calibration, seeded)
+    for i, release in enumerate(together):
+        alone_site = SiteData.stack([i], [rows[i][0]], [rows[i][1]], [rows[i][2]])
+        (alone,) = answer([requests[i]], alone_site, calibration, seeded)
+        np.testing.assert_allclose(release.value, alone.value, rtol=0, atol=1e-12)
+        assert (release.client, release.num_examples, release.event) == (alone.client, alone.num_examples, alone.event)
 
-    clients[1] = client_worker.NodeClient(1, clients[1].features, 0, clients[1].response,
-                                          np.full(dim, np.nan), clients[1].noisy_primal)
+    requests[1] = SiteRequest(1, 3, {"point": np.full(dim, np.nan)})
     asked = []
 
-    def noise(release):
-        asked.append(release.client)
-        if release.client == 4:
+    def noise(events):
+        asked.append(events[0].client)
+        if events[0].client == 4:
             raise SiteRefusal("client 4: over the site's max-eps")
-        from fdp_flower.privacy.mechanisms import release_rng
-        return release_rng(sc.seed, release.client, release.round, "seeded")
+        return seeded(events)
 
-    replies = client_worker.fdp_admm_node_update(sc, basis, clients, global_w=global_w, round_=3, noise=noise)
-    assert isinstance(replies[1], ValueError) and "dual contains NaN" in str(replies[1])
+    replies = answer(requests, site, calibration, noise)
+    assert isinstance(replies[1], ValueError) and "point contains NaN" in str(replies[1])
     assert isinstance(replies[4], SiteRefusal)
     assert asked == [0, 2, 3, 4, 5]  # the bad client's noise is never asked for
     for i in (0, 2, 3, 5):
-        np.testing.assert_array_equal(replies[i].noisy_primal, together[i].noisy_primal)
+        np.testing.assert_allclose(replies[i].value, together[i].value, rtol=0, atol=1e-12)

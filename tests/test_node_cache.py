@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.algorithms.fdp_admm import plan
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
 from fdp_flower.clients import fdp_admm as client
@@ -45,10 +46,10 @@ def test_the_basis_travels_once_per_node_and_the_features_are_computed_once(monk
     assert sorted(loads) == [0, 1, 2]  # each partition generated and projected once in 4 rounds
     for reply in grid.replies:  # the cache never leaves the node
         assert set(reply.content.keys()) == {"arrays", "metrics"}
-        assert set(reply.content["arrays"].keys()) == {"noisy_primal"}
+        assert set(reply.content["arrays"].keys()) == {"release"}
     state = grid.contexts[1].state  # the node's state holds the basis only: Flower copies it per message
     assert set(state.keys()) == {"fdp-basis", "fdp-basis-digest"}
-    expected, _clipped = plan.client_features(sc, strategy.basis, real_load(sc, 0))
+    expected, _clipped = site_features(sc, strategy.basis, real_load(sc, 0))
     client._PROCESS_CACHE.clear()  # a new ClientApp process (a deployment's next message) reads the node's file
     features, _, _ = client.node_features(grid.contexts[1], sc, 0, strategy.basis, strategy.basis_digest)
     np.testing.assert_array_equal(features, expected)
@@ -86,7 +87,7 @@ def test_a_node_hosting_several_clients_keeps_one_cache_file_read_once_a_message
             assert list(stored["partitions"]) == [c for c in range(6) if c % 2 == node - 1]
             assert stored["features"].shape == (3 * 2 * N // 6, K) and stored["offsets"][-1] == 3 * 2 * N // 6
         for c in range(node - 1, 6, 2):  # each client's rows are its own features
-            expected, _ = plan.client_features(sc, strategy.basis, real_load(sc, c))
+            expected, _ = site_features(sc, strategy.basis, real_load(sc, c))
             entry = client._read_cached(path, client._cache_key(grid.contexts[node], sc, strategy.basis_digest))[c]
             np.testing.assert_array_equal(entry[0], expected)
     loads.clear()
@@ -94,7 +95,7 @@ def test_a_node_hosting_several_clients_keeps_one_cache_file_read_once_a_message
     client._PROCESS_CACHE.clear()  # the next message's new ClientApp process
     train = next(m for m in grid.sent if m.metadata.dst_node_id == 1 and int(m.content["config"]["round"]) == 2)
     reply = client.handle_fdp_admm_train(train, grid.contexts[1], sc)
-    assert not reply.has_error() and reply.content["arrays"]["noisy_primals"].numpy().shape == (3, K)
+    assert not reply.has_error() and reply.content["arrays"]["release"].numpy().shape == (3, K)
     assert loads == [] and len(reads) == 1
 
 
@@ -110,7 +111,7 @@ def test_a_node_given_a_new_client_adds_it_to_its_file_and_keeps_the_others():
     stored = client._read_cached(cache_file, client._cache_key(ctx, sc, "sha256:a"))
     assert sorted(stored) == [0, 1, 2]
     for c in range(3):
-        np.testing.assert_array_equal(stored[c][0], plan.client_features(sc, basis, plan.load_partition(sc, c))[0])
+        np.testing.assert_array_equal(stored[c][0], site_features(sc, basis, plan.load_partition(sc, c))[0])
     np.testing.assert_array_equal(stored[2][0], third)
 
 
@@ -158,8 +159,8 @@ def test_a_stale_cache_is_not_reused_for_another_basis():
     fa, _, _ = client.node_features(ctx, sc, 0, basis_a, "sha256:a")
     fb, _, _ = client.node_features(ctx, sc, 0, basis_b, "sha256:b")
     data = plan.load_partition(sc, 0)
-    np.testing.assert_array_equal(fa, plan.client_features(sc, basis_a, data)[0])
-    np.testing.assert_array_equal(fb, plan.client_features(sc, basis_b, data)[0])
+    np.testing.assert_array_equal(fa, site_features(sc, basis_a, data)[0])
+    np.testing.assert_array_equal(fb, site_features(sc, basis_b, data)[0])
     assert not np.allclose(fa, fb)
 
 

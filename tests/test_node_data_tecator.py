@@ -85,7 +85,7 @@ def test_tecator_dp_trains_on_flower_within_its_whole_run_budget(tmp_path, tecat
     privacy = summary["privacy"]
     assert summary["rounds_completed"] == 3 and privacy["releases"] == 4  # the summary + 3 rounds
     assert 0.97 * 6.0 <= privacy["eps"] <= 6.0 and privacy["eps_budget"] == 6.0
-    assert sorted(privacy["mechanisms"]) == ["fdp_admm_primal", "fpca_covariance"]
+    assert sorted(privacy["mechanisms"]) == ["fdp_admm_subgradient", "fpca_covariance"]
     for site in privacy["sites"]:
         assert site["run_releases"] == 4 and site["noise_source"] == "os_entropy"
         assert site["run_eps"] == pytest.approx(site["server_eps"], rel=1e-6) and site["run_eps"] <= 6.0

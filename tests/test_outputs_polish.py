@@ -147,7 +147,7 @@ def test_p2p_run_shows_progress_and_draws_its_plot(tmp_path, capsys):
     out = tmp_path / "p2p"
     steps = 40
     assert main(["run", str(ROOT / "scenarios" / "p2p_lad_zcdp_nfl.yaml"), "--out", str(out),
-                 "--set", f"algorithm.steps={steps}", "--set", "topology.num_nodes=8", "--set", "privacy.eps=2"]) == 0
+                 "--set", f"algorithm.rounds={steps}", "--set", "federation.num_clients=8", "--set", "privacy.eps=2"]) == 0
     text = capsys.readouterr().out
     progress = re.findall(r"^\[\s*(\d+)/40\] released_normalized_error=(\S+), .*eps_pld=(\S+)$", text, re.MULTILINE)
     assert [int(r) for r, _, _ in progress] == list(range(2, steps + 1, 2))

@@ -13,11 +13,8 @@ from fdp_flower.algorithms.p2p.config import (
     PrAdmmConfig,
     ZcdpGradNflConfig,
     ZcdpNflConfig,
-    build_algorithm,
-    build_graph,
-    build_problem,
 )
-from fdp_flower.algorithms.p2p.node import P2PAlgorithm
+from fdp_flower.algorithms.p2p.plan import P2PAlgorithm, build_algorithm, build_graph, build_problem, scenario_graph
 from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
 from fdp_flower.algorithms.p2p.topology import erdos_renyi, graph_rng, ring
 from fdp_flower.config.sections import PrivacyConfig
@@ -29,7 +26,7 @@ TOTAL10 = PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4)
 
 def test_nonprivate_admm_reaches_1e3_on_lad():
     """Acceptance: N = 20, average degree 4, 100 samples per node, <= 1e-3 within 1000 steps."""
-    s = P2PScenario(algorithm=DecentralizedAdmmConfig(steps=1000), privacy=NONPRIVATE)
+    s = P2PScenario(algorithm=DecentralizedAdmmConfig(rounds=1000), privacy=NONPRIVATE)
     res = engine.run_scenario(s, metrics_every=50)
     assert res.graph.num_nodes == 20 and 3.5 <= res.graph.average_degree <= 4.5
     err = res.metrics["primal_normalized_error_max"]
@@ -37,32 +34,46 @@ def test_nonprivate_admm_reaches_1e3_on_lad():
     assert res.ledger.releases == []
 
 
-def test_every_node_sees_only_its_neighbours(monkeypatch):
+def test_every_node_step_uses_only_its_neighbours_and_the_site_sees_only_its_point(monkeypatch):
+    """The relay's step of node i in round r (post-processing of its release) reads xt_i^{r-1} and its neighbours'
+    xt_j^{r-1} only; the node's site is asked at its own last release and at nothing else."""
+    from fdp_flower.algorithms.p2p import protocol
+
     g = erdos_renyi(8, 0.4, graph_rng(1))
     problem = synthetic_problem("lad", num_nodes=8, samples_per_node=20, dim=3, rng=data_rng(1))
-    alg = build_algorithm(ZcdpNflConfig(steps=5), TOTAL10, problem)
-    seen = []
-    real = engine.node_round
-    history = {}
+    alg = build_algorithm(ZcdpNflConfig(rounds=5), TOTAL10, problem)
+    steps, asked = [], []
+    real_primal, real_answer = protocol.node_primal, engine.answer
 
-    def spy(**kw):
-        seen.append((kw["node"], kw["state"].round + 1, np.array(kw["neighbour_released"])))
-        return real(**kw)
+    def spy_primal(algorithm, objective, step, term):
+        steps.append(step)
+        return real_primal(algorithm, objective, step, term)
 
-    monkeypatch.setattr(engine, "node_round", spy)
-    res = engine.run_p2p(problem, g, alg, seed=3, on_round=lambda r, st: history.setdefault(r, st))
-    assert len(seen) == 8 * 5
-    for node, r, received in seen:
-        expected = res.released[r - 1][list(g.neighbours[node])]
-        assert received.shape == (g.degrees[node], 3)
-        np.testing.assert_array_equal(received, expected)
+    def spy_answer(requests, *args, **kwargs):
+        asked.extend((r.client, r.round, dict(r.public)) for r in requests)
+        return real_answer(requests, *args, **kwargs)
+
+    monkeypatch.setattr(protocol, "node_primal", spy_primal)
+    monkeypatch.setattr(engine, "answer", spy_answer)
+    rounds_seen = []
+    res = engine.run_p2p(problem, g, alg, seed=3, on_round=lambda r, server: rounds_seen.append(server.round))
+    assert rounds_seen == [1, 2, 3, 4, 5]
+    assert len(steps) == len(asked) == 8 * 5
+    for step in steps:
+        nbrs = list(g.neighbours[step.node])
+        assert step.neighbours.shape == (g.degrees[step.node], 3)
+        np.testing.assert_array_equal(step.neighbours, res.released[step.round - 1][nbrs])
+        np.testing.assert_array_equal(step.own, res.released[step.round - 1][step.node])
+    for node, r, public in asked:
+        assert set(public) == {"point"}
+        np.testing.assert_array_equal(public["point"], res.released[r - 1][node])
 
 
 @pytest.mark.parametrize("budget", [{"kind": "constant"}, {"kind": "geometric", "ratio": 1.05}])
 def test_ledger_meets_the_total_budget_exactly(budget):
     """Default: the PLD accountant reports the target (calibration margin 1e-3 at most) for every node;
     paper_constants: the papers' Bun-Steinke conversion of the zCDP sum meets it, with more noise."""
-    s = P2PScenario(algorithm=ZcdpNflConfig(steps=40, budget=budget),
+    s = P2PScenario(algorithm=ZcdpNflConfig(rounds=40, budget=budget),
                     privacy=PrivacyConfig(mode="total", eps=2.0, delta=1.0e-5))
     res = engine.run_scenario(s, metrics_every=40)
     rho = {round(res.ledger.zcdp_rho(node), 12) for node in range(20)}
@@ -86,8 +97,8 @@ def test_budget_guard_refuses_overspending():
 
 
 def test_same_seed_same_iterates_other_seed_other_noise():
-    s = P2PScenario(algorithm=ZcdpGradNflConfig(steps=10))
-    problem = build_problem(s.data, 20, s.seed)
+    s = P2PScenario(algorithm=ZcdpGradNflConfig(rounds=10))
+    problem = build_problem(s)
     r1 = engine.run_scenario(s, problem=problem)
     r2 = engine.run_scenario(s, problem=problem)
     r3 = engine.run_scenario(s, problem=problem, repetition=1)
@@ -96,8 +107,8 @@ def test_same_seed_same_iterates_other_seed_other_noise():
 
 
 def test_zero_noise_zcdp_nfl_is_decentralized_admm():
-    s1 = P2PScenario(algorithm=ZcdpNflConfig(steps=20), privacy=NONPRIVATE)
-    s2 = P2PScenario(algorithm=DecentralizedAdmmConfig(steps=20), privacy=NONPRIVATE)
+    s1 = P2PScenario(algorithm=ZcdpNflConfig(rounds=20), privacy=NONPRIVATE)
+    s2 = P2PScenario(algorithm=DecentralizedAdmmConfig(rounds=20), privacy=NONPRIVATE)
     np.testing.assert_array_equal(engine.run_scenario(s1).primal, engine.run_scenario(s2).primal)
 
 
@@ -113,7 +124,7 @@ def test_pr_admm_on_breast_cancer():
         res = engine.run_scenario(P2PScenario(algorithm=alg, privacy=priv, **base), metrics_every=50)
         acc[name] = res.metrics["released_train_accuracy"][-1]
         if name == "np":
-            problem = build_problem(P2PBreastCancerData(), 5, 0)
+            problem = build_problem(P2PScenario(**base))
             assert acc[name] >= problem.accuracy(problem.x_star)[0] - 0.02
             assert res.cut_links.sum() == 0
         if name == "cut":
@@ -122,7 +133,8 @@ def test_pr_admm_on_breast_cancer():
 
 
 def test_paper_constants_mean_more_noise():
-    problem = build_problem(P2PBreastCancerData(), 5, 0, with_reference=False)
+    problem = build_problem(P2PScenario(topology={"kind": "paper004_five"}, data=P2PBreastCancerData()),
+                            with_reference=False)
     tight = build_algorithm(PrAdmmConfig(), TOTAL10, problem)
     paper = build_algorithm(PrAdmmConfig(), PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4,
                                                           paper_constants=True), problem)
@@ -142,12 +154,13 @@ def test_exact_solver_refuses_nonsmooth_problems():
 
 
 def test_graph_is_part_of_the_results():
-    s = P2PScenario(topology={"kind": "custom", "num_nodes": 3, "edges": [[0, 1], [1, 2]]},
-                    algorithm=ZcdpNflConfig(steps=2))
+    s = P2PScenario(federation={"num_clients": 3}, topology={"kind": "custom", "edges": [[0, 1], [1, 2]]},
+                    algorithm=ZcdpNflConfig(rounds=2))
     res = engine.run_scenario(s)
     assert res.graph.to_dict()["degrees"] == [1, 2, 1]
     with pytest.raises(ValueError, match="disconnected"):
-        build_graph(P2PScenario(topology={"kind": "custom", "num_nodes": 4, "edges": [[0, 1], [2, 3]]}).topology, 0)
+        scenario_graph(P2PScenario(federation={"num_clients": 4},
+                                   topology={"kind": "custom", "edges": [[0, 1], [2, 3]]}))
 
 
 def test_every_shipped_p2p_scenario_loads_and_builds():
@@ -159,11 +172,11 @@ def test_every_shipped_p2p_scenario_loads_and_builds():
     assert len(files) >= 8
     for f in files:
         s = load_p2p_scenario(f)
-        g = build_graph(s.topology, s.seed)
-        problem = build_problem(s.data, g.num_nodes, s.seed, with_reference=False) \
-            if s.data.kind != "adult_nodes" else None
+        g = build_graph(s.topology, s.federation.num_clients, s.seed)
+        assert g.num_nodes == s.federation.num_clients
+        problem = build_problem(s, with_reference=False) if s.data.kind != "adult_nodes" else None
         if problem is not None:
-            assert build_algorithm(s.algorithm, s.privacy, problem).steps == s.algorithm.steps
+            assert build_algorithm(s.algorithm, s.privacy, problem).rounds == s.algorithm.rounds
 
 
 def test_config_errors_are_clear():
@@ -175,7 +188,8 @@ def test_config_errors_are_clear():
     with pytest.raises(ScenarioError, match="non-private baseline"):
         parse_p2p_scenario({"algorithm": {"kind": "decentralized_admm"}})
     with pytest.raises(ScenarioError, match="average_degree"):
-        parse_p2p_scenario({"topology": {"kind": "erdos_renyi", "num_nodes": 4, "average_degree": 5.0}})
+        parse_p2p_scenario({"federation": {"num_clients": 4}, "topology": {"kind": "erdos_renyi",
+                                                                          "average_degree": 5.0}})
     with pytest.raises(ScenarioError, match="leave privacy.schedule constant"):
         parse_p2p_scenario({"privacy": {"mode": "total", "eps": 1.0, "schedule": {"kind": "geometric"}}})
 
@@ -187,7 +201,7 @@ def test_pr_admm_ledger_against_paper_closed_forms(decay):
     from fdp_flower.privacy import closed_forms as cf
 
     s = P2PScenario(topology={"kind": "paper004_five"}, data=P2PBreastCancerData(),
-                    algorithm=PrAdmmConfig(steps=20, eta=0.1, decay=decay), privacy=TOTAL10)
+                    algorithm=PrAdmmConfig(rounds=20, eta=0.1, decay=decay), privacy=TOTAL10)
     res = engine.run_scenario(s, metrics_every=20)
     for node in range(5):
         rel = res.ledger.of_client(node)

@@ -7,13 +7,13 @@ from fdp_flower.config.sections import PrivacyConfig
 from fdp_flower.engines.p2p import run_scenario
 
 SCENARIOS = {
-    "zcdp_nfl": P2PScenario(topology={"kind": "ring", "num_nodes": 4},
+    "zcdp_nfl": P2PScenario(federation={"num_clients": 4}, topology={"kind": "ring"},
                             data=SyntheticRegressionData(problem="lad", samples_per_node=20, dim=3),
-                            algorithm=ZcdpNflConfig(steps=3),
+                            algorithm=ZcdpNflConfig(rounds=3),
                             privacy=PrivacyConfig(mode="total", eps=5.0, delta=1.0e-4)),
-    "p_admm": P2PScenario(topology={"kind": "ring", "num_nodes": 4},
+    "p_admm": P2PScenario(federation={"num_clients": 4}, topology={"kind": "ring"},
                           data=SyntheticRegressionData(problem="ridge", samples_per_node=20, dim=3),
-                          algorithm=PAdmmConfig(steps=3, decay={"kind": "periodic", "decay": 0.9, "period": 2}),
+                          algorithm=PAdmmConfig(rounds=3, decay={"kind": "periodic", "decay": 0.9, "period": 2}),
                           privacy=PrivacyConfig(mode="total", eps=5.0, delta=1.0e-4)),
 }
 

@@ -9,15 +9,14 @@ from fdp_flower.algorithms.p2p.config import (
     PAdmmConfig,
     SyntheticRegressionData,
     ZcdpNflConfig,
-    build_algorithm,
-    build_graph,
-    build_problem,
     load_p2p_scenario,
 )
 from fdp_flower.algorithms.p2p.grad_nfl import metropolis_row
-from fdp_flower.algorithms.p2p.node import NodeState, node_round
 from fdp_flower.algorithms.p2p.p_admm import p_admm_primal_step, p_admm_sensitivity, regularizer_curvature
+from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph
 from fdp_flower.algorithms.p2p.problems import data_rng, synthetic_problem
+from fdp_flower.algorithms.p2p.protocol import P2PState, node_primal, plan_node
+from fdp_flower.algorithms.p2p.site import descent_term, site_plan
 from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_primal_step, nfl_sensitivity
 from fdp_flower.config.sections import PrivacyConfig
 from fdp_flower.engines.p2p import run_scenario
@@ -66,7 +65,7 @@ def test_p_admm_sensitivity_is_attained_by_one_replaced_sample(ridge):
 
 
 def _ridge_scenario(alg, privacy=PrivacyConfig(mode="total", eps=5.0, delta=1.0e-4), problem="ridge"):
-    return P2PScenario(topology={"kind": "ring", "num_nodes": 6},
+    return P2PScenario(federation={"num_clients": 6}, topology={"kind": "ring"},
                        data=SyntheticRegressionData(problem=problem, samples_per_node=30, dim=4),
                        algorithm=alg, privacy=privacy)
 
@@ -74,7 +73,7 @@ def _ridge_scenario(alg, privacy=PrivacyConfig(mode="total", eps=5.0, delta=1.0e
 def test_p_admm_ledger_and_calibration():
     """Each node releases once per step at sigma_k = Delta / sqrt(2 rho_k), the variance falling by R every
     K_p steps, and the worst node's PLD eps meets the total budget (two noise levels keep the PLD fast)."""
-    sc = _ridge_scenario(PAdmmConfig(steps=4, eta=0.3, gamma=1.0, decay={"kind": "periodic", "decay": 0.8,
+    sc = _ridge_scenario(PAdmmConfig(rounds=4, eta=0.3, gamma=1.0, decay={"kind": "periodic", "decay": 0.8,
                                                                          "period": 2}))
     res = run_scenario(sc)
     rows = res.ledger.to_rows()
@@ -86,18 +85,18 @@ def test_p_admm_ledger_and_calibration():
 
 
 def test_p_admm_without_noise_converges_on_ridge():
-    sc = _ridge_scenario(PAdmmConfig(steps=300, eta=0.1, gamma=3.0), privacy=PrivacyConfig(enabled=False))
+    sc = _ridge_scenario(PAdmmConfig(rounds=300, eta=0.1, gamma=3.0), privacy=PrivacyConfig(enabled=False))
     res = run_scenario(sc, metrics_every=300)
     assert res.metrics["primal_normalized_error"][-1] < 1e-4
 
 
 def test_p_admm_refuses_a_nonsmooth_objective_and_the_scenario_file_runs():
-    sc = _ridge_scenario(PAdmmConfig(steps=2), problem="lad")
-    problem = build_problem(sc.data, 6, 0, with_reference=False)
+    sc = _ridge_scenario(PAdmmConfig(rounds=2), problem="lad")
+    problem = build_problem(sc, with_reference=False)
     with pytest.raises(ValueError, match="P-ADMM needs a smooth objective"):
         build_algorithm(sc.algorithm, sc.privacy, problem)
     shipped = load_p2p_scenario(ROOT / "scenarios" / "p2p_ridge_p_admm.yaml",
-                                ["algorithm.steps=3", "algorithm.decay.period=3", "topology.num_nodes=5",
+                                ["algorithm.rounds=3", "algorithm.decay.period=3", "federation.num_clients=5",
                                  "data.samples_per_node=20"])
     assert shipped.algorithm.kind == "p_admm"
     assert len(run_scenario(shipped).ledger.releases) == 3 * 5
@@ -106,34 +105,40 @@ def test_p_admm_refuses_a_nonsmooth_objective_and_the_scenario_file_runs():
 def test_neighbourhood_anchor_is_the_metropolis_average_and_keeps_lemma_i():
     """The anchor z_i = sum_j W_ij xt_j is computed from releases only, so replacing one sample moves x_i by
     at most Lemma I's 2 G / (m (1/eta + 2 rho d)) -- measured with the worst-case pair of samples."""
-    sc = _ridge_scenario(ZcdpNflConfig(steps=2, rho=0.3, anchor="neighbourhood_average"), problem="lad")
-    graph = build_graph(sc.topology, sc.seed)
-    problem = build_problem(sc.data, graph.num_nodes, sc.seed, with_reference=False)
+    sc = _ridge_scenario(ZcdpNflConfig(rounds=2, rho=0.3, anchor="neighbourhood_average"), problem="lad")
+    graph = scenario_graph(sc)
+    problem = build_problem(sc, with_reference=False)
     alg = build_algorithm(sc.algorithm, sc.privacy, problem)
     rng = np.random.default_rng(4)
     nbrs = list(graph.neighbours[0])
-    state = NodeState(1, rng.normal(size=4), rng.normal(size=4), np.zeros(len(nbrs)))
-    nb = rng.normal(size=(len(nbrs), 4))
+    released, duals = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
+    state = P2PState(1, released, duals, tuple(np.zeros(d) for d in graph.degrees))
+    nb = released[nbrs]
     a, y = problem.features[0].copy(), problem.responses[0].copy()
-    res = node_round(algorithm=alg, objective=problem.objective, node=0, seed=0, state=state, neighbour_released=nb,
-                     neighbour_degrees=graph.degrees[nbrs], features=a, response=y)
+    step = plan_node(alg, graph, state, 0)  # the relay's public part of node 0's step in round 2
     w_ii, w_ij = metropolis_row(len(nbrs), graph.degrees[nbrs])
-    z = w_ii * state.released + w_ij @ nb
-    dual = state.dual + 0.3 * (len(nbrs) * state.released - nb.sum(0))
-    expected = nfl_primal_step(objective=problem.objective, own_released=state.released, neighbour_released=nb,
+    z = w_ii * released[0] + w_ij @ nb
+    np.testing.assert_allclose(step.point, z, rtol=0, atol=1e-15)  # the node is asked at the neighbourhood average
+    plan = site_plan(alg, problem.objective, graph, 4)
+    primal = node_primal(alg, problem.objective, step, descent_term(plan, step.point, a, y))
+    dual = duals[0] + 0.3 * (len(nbrs) * released[0] - nb.sum(0))
+    expected = nfl_primal_step(objective=problem.objective, own_released=released[0], neighbour_released=nb,
                                dual=dual, features=a, response=y, eta=float(alg.step_schedule(2)), rho=0.3, anchor=z)
-    np.testing.assert_allclose(res.primal, expected, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(primal, expected, rtol=0, atol=1e-14)
     e1 = np.eye(4)[0] * problem.c1
     a[0], y[0] = e1, e1 @ z + 10.0  # |y - a.z| subgradient sign +1 ...
     y2 = y.copy()
     y2[0] = e1 @ z - 10.0  # ... and -1: the mean subgradient moves by 2 c1 / m = 2 G / m
-    step = dict(objective=problem.objective, own_released=state.released, neighbour_released=nb, dual=dual,
-                eta=float(alg.step_schedule(2)), rho=0.3, anchor=z, features=a)
-    moved = np.linalg.norm(nfl_primal_step(response=y, **step) - nfl_primal_step(response=y2, **step))
+    kwargs = dict(objective=problem.objective, own_released=released[0], neighbour_released=nb, dual=dual,
+                  eta=float(alg.step_schedule(2)), rho=0.3, anchor=z, features=a)
+    moved = np.linalg.norm(nfl_primal_step(response=y, **kwargs) - nfl_primal_step(response=y2, **kwargs))
     bound = nfl_sensitivity(gradient_bound=problem.gradient_bound(), m=len(y), eta=float(alg.step_schedule(2)),
                             rho=0.3, degree=len(nbrs))
     np.testing.assert_allclose(moved, bound, rtol=1e-12)
-    assert res.sensitivity == pytest.approx(bound, rel=1e-12)
+    # the node's release is its descent term at z: 2 G / m_i, which the step scales by 1 / (1/eta + 2 rho d)
+    assert alg.sensitivity(len(y), len(nbrs)) * alg.primal_scale(2, len(nbrs)) == pytest.approx(bound, rel=1e-12)
+    moved_term = np.linalg.norm(descent_term(plan, z, a, y) - descent_term(plan, z, a, y2))
+    np.testing.assert_allclose(moved_term, alg.sensitivity(len(y), len(nbrs)), rtol=1e-12)
 
 
 @pytest.mark.parametrize("problem", ["lad", "elastic_net", "ridge"])
@@ -143,12 +148,12 @@ def test_zcdp_nfl_beats_dp_nfl_at_equal_total_eps(problem):
     8.7 here, so the final error (mean over 3 noise seeds) must be lower."""
     priv = PrivacyConfig(mode="total", eps=1.0, delta=1.0e-4)
     errs = {}
-    for cfg in (ZcdpNflConfig(steps=30, rho=0.3, step={"kind": "inv", "eta0": 10.0}),
-                DpNflConfig(steps=30, rho=0.3, step={"kind": "inv", "eta0": 10.0})):
-        sc = P2PScenario(topology={"kind": "erdos_renyi", "num_nodes": 10, "average_degree": 3.0},
+    for cfg in (ZcdpNflConfig(rounds=30, rho=0.3, step={"kind": "inv", "eta0": 10.0}),
+                DpNflConfig(rounds=30, rho=0.3, step={"kind": "inv", "eta0": 10.0})):
+        sc = P2PScenario(federation={"num_clients": 10}, topology={"kind": "erdos_renyi", "average_degree": 3.0},
                          data=SyntheticRegressionData(problem=problem, samples_per_node=50, dim=5), algorithm=cfg,
                          privacy=priv)
-        problem_data = build_problem(sc.data, 10, sc.seed)
+        problem_data = build_problem(sc)
         errs[cfg.kind] = np.mean([run_scenario(sc, problem=problem_data, repetition=r, metrics_every=30)
                                   .metrics["released_normalized_error"][-1] for r in range(3)])
     assert errs["zcdp_nfl"] < errs["dp_nfl"], errs
@@ -162,14 +167,14 @@ def test_without_noise_linearized_admm_beats_grad_nfl_on_elastic_net():
 
     off = PrivacyConfig(enabled=False)
     base = P2PScenario(data=SyntheticRegressionData(problem="elastic_net"), privacy=off)
-    problem = build_problem(base.data, 20, base.seed)
+    problem = build_problem(base)
 
     def final(alg):
         res = run_scenario(base.model_copy(update={"algorithm": alg}), problem=problem, metrics_every=200)
         return res.metrics["primal_normalized_error"][-1]
 
-    admm = final(DecentralizedAdmmConfig(steps=200, rho=0.03, step={"kind": "inv", "eta0": 30.0}))
-    grad = min(final(ZcdpGradNflConfig(steps=200, step=s)) for s in (
+    admm = final(DecentralizedAdmmConfig(rounds=200, rho=0.03, step={"kind": "inv", "eta0": 30.0}))
+    grad = min(final(ZcdpGradNflConfig(rounds=200, step=s)) for s in (
         {"kind": "inv", "eta0": 5.0}, {"kind": "inv", "eta0": 10.0}, {"kind": "inv", "eta0": 20.0},
         {"kind": "inv_sqrt", "eta0": 1.0}))
     assert admm < grad, (admm, grad)

@@ -28,7 +28,7 @@ def _ledger(path):
 @pytest.mark.parametrize("scenario,overrides,budget", [
     ("scenarios/quickstart.yaml", ["algorithm.rounds=3", "data.n_samples=600", "federation.num_clients=3",
                                    "privacy.mode=total", "privacy.eps=1.0"], 1.0),
-    ("scenarios/p2p_lad_zcdp_nfl.yaml", ["algorithm.steps=5"], 10.0),
+    ("scenarios/p2p_lad_zcdp_nfl.yaml", ["algorithm.rounds=5"], 10.0),
     ("scenarios/dp_admm_breast_cancer.yaml", ["algorithm.rounds=5"], None),
 ])
 def test_every_family_reports_the_pld_eps_and_its_relation(tmp_path, capsys, scenario, overrides, budget):

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from fdp_flower.algorithms.registry import any_scenario_from_run_config, load_any_scenario
+from fdp_flower.algorithms.registry import any_scenario_from_run_config, family, load_any_scenario
 from fdp_flower.config.base import (
     APP_DIR,
-    RUN_CONFIG_FIELDS,
+    RUN_CONFIG_TYPES,
     RUN_CONFIG_UNSET,
     ScenarioError,
     run_config_field_overrides,
@@ -33,7 +33,7 @@ def _config(scenario: str, **typed) -> dict:
 
 
 def test_pyproject_declares_every_typed_key_unset_with_its_type():
-    for key, (kind, _paths) in RUN_CONFIG_FIELDS.items():
+    for key, kind in RUN_CONFIG_TYPES.items():
         assert APP_CONFIG[key] == RUN_CONFIG_UNSET and type(APP_CONFIG[key]) is kind, key
 
 
@@ -58,11 +58,48 @@ def test_typed_keys_reach_the_fdp_admm_scenario():
 def test_typed_keys_reach_peer_to_peer_and_gradient_scenarios():
     p2p = any_scenario_from_run_config(_config("scenarios/p2p_lad_zcdp_nfl.yaml", num_server_rounds=7,
                                                eps=2.5, num_clients=12, seed=4))
-    assert (p2p.algorithm.steps, p2p.privacy.eps, p2p.topology.num_nodes, p2p.seed) == (7, 2.5, 12, 4)
+    assert (p2p.algorithm.rounds, p2p.privacy.eps, p2p.federation.num_clients, p2p.seed) == (7, 2.5, 12, 4)
     grad = any_scenario_from_run_config(_config("scenarios/dp_admm_breast_cancer.yaml", num_server_rounds=3,
                                                 lam=0.01, num_clients=2, delta=1e-4))
-    assert (grad.algorithm.rounds, grad.model.lam, grad.federation.num_clients, grad.privacy.delta) == \
+    assert (grad.algorithm.rounds, grad.model.penalty.lam, grad.federation.num_clients, grad.privacy.delta) == \
         (3, 0.01, 2, 1e-4)
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(REPO).as_posix() for p in (REPO / "scenarios").glob("dp_admm_*.yaml")))
+def test_every_typed_key_works_on_every_shipped_gradient_scenario(path):
+    """num-server-rounds, eps, delta, lam, seed and num-clients reach their one field in each DP-(Acc)ADMM
+    scenario (lam: model.penalty.lam), and leave the rest of the file as it is; tau has no meaning here."""
+    base = load_any_scenario(REPO / path)
+    scenario = any_scenario_from_run_config(_config(path, num_server_rounds=7, eps=0.9, delta=2e-4, lam=0.02,
+                                                    seed=5, num_clients=3))
+    assert (scenario.algorithm.rounds, scenario.privacy.eps, scenario.privacy.delta, scenario.model.penalty.lam,
+            scenario.seed, scenario.federation.num_clients) == (7, 0.9, 2e-4, 0.02, 5, 3)
+    assert scenario.model.constraint == base.model.constraint and scenario.data == base.data
+    assert scenario.algorithm.model_copy(update={"rounds": base.algorithm.rounds}) == base.algorithm
+    assert any_scenario_from_run_config(_config(path, lam=0)).model.penalty.lam == 0.0  # 0 is a value
+    with pytest.raises(ScenarioError, match="tau has no meaning for gradient_admm"):
+        any_scenario_from_run_config(_config(path, tau=0.3))
+    with pytest.raises(ScenarioError, match=r"^[^\n]*model\.lam: renamed to model\.penalty\.lam$"):
+        any_scenario_from_run_config({**_config(path), "overrides": "model.lam=0.1"})
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPO)) for p in (REPO / "scenarios").glob("p2p_*.yaml")))
+def test_every_typed_key_works_on_every_shipped_peer_to_peer_scenario(path):
+    """num-server-rounds, eps, delta, lam, seed and num-clients reach algorithm.rounds, privacy.eps / delta,
+    model.penalty.lam, seed and federation.num_clients of every p2p scenario, and only those fields change."""
+    base = load_any_scenario(REPO / path)
+    fixed = base.topology.kind == "paper004_five"  # a 5-node graph: num-clients can only say 5
+    n = 5 if fixed else 12
+    scenario = any_scenario_from_run_config(_config(path, num_server_rounds=7, eps=2.5, delta=1e-6, lam=0.25,
+                                                    seed=4, num_clients=n))
+    assert (scenario.algorithm.rounds, scenario.privacy.eps, scenario.privacy.delta, scenario.model.penalty.lam,
+            scenario.seed, scenario.federation.num_clients) == (7, 2.5, 1e-6, 0.25, 4, n)
+    assert scenario.model.penalty.kind == base.model.penalty.kind and scenario.model.loss == base.model.loss
+    assert scenario.topology == base.topology and scenario.data == base.data
+    if fixed:
+        with pytest.raises(ScenarioError, match="paper004_five graph has 5 nodes") as err:
+            any_scenario_from_run_config(_config(path, num_clients=6))
+        assert "\n" not in str(err.value)
 
 
 def test_an_integer_is_accepted_for_a_float_key_and_typed_keys_combine_with_overrides():
@@ -85,7 +122,7 @@ def test_bad_typed_values_are_one_line_errors(typed, message):
 
 def test_a_key_without_meaning_for_the_family_and_a_field_set_twice_are_errors():
     with pytest.raises(ScenarioError, match="tau has no meaning for p2p"):
-        run_config_field_overrides({"tau": 0.5}, "p2p")
+        run_config_field_overrides({"tau": 0.5}, "p2p", family("zcdp_nfl").run_config)
     with pytest.raises(ScenarioError, match="privacy.eps set both"):
         any_scenario_from_run_config({**_config("scenarios/flwr_default.yaml", eps=0.8),
                                       "overrides": "privacy.eps=0.5"})

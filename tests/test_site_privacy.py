@@ -14,19 +14,21 @@ import json
 import os
 import stat
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from fdp_flower.algorithms.fdp_admm.config import parse_scenario
-from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_basis, build_objective, client_features
-from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+from fdp_flower.algorithms.fdp_admm.plan import build_basis, build_objective, site_plan
+from fdp_flower.algorithms.fdp_admm.site import site_features
+from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.functional import design, federated_fpca
 from fdp_flower.functional.node_files import read_node_file, write_node_file
 from fdp_flower.privacy import GaussianRelease, pld_epsilon
 from fdp_flower.privacy.mechanisms import release_rng
-from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError, entry_line, parse_lines
+from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError
 from fdp_flower.privacy.site_policy import (
     SiteNoise,
     SitePolicy,
@@ -36,7 +38,7 @@ from fdp_flower.privacy.site_policy import (
     secret_release_rng,
     site_totals,
 )
-from fdp_flower.wire import pack_arrays
+from fdp_flower.wire import pack_requests
 from tests.test_faults import task_identity  # noqa: F401  (autouse fixture: Flower's task identity)
 
 with warnings.catch_warnings():
@@ -155,7 +157,7 @@ def test_ledger_is_append_only_and_totals_are_the_pld_accountants(tmp_path):
     for rnd in (1, 2, 3):
         totals = ledger.charge(entry(round_=rnd, sigma=0.5 + rnd), policy)
         now = ledger.path.read_bytes()
-        assert now.startswith(before) and now.count(b"\n") == rnd  # earlier lines never change
+        assert now.startswith(before) and now.count(b"\n") == 1 + rnd  # earlier lines never change (1: "open")
         before = now
     assert stat.S_IMODE(ledger.path.stat().st_mode) == 0o600
     assert stat.S_IMODE(ledger.path.parent.stat().st_mode) == 0o700
@@ -174,15 +176,17 @@ def test_ledger_is_append_only_and_totals_are_the_pld_accountants(tmp_path):
     assert add_remove.eps == pytest.approx(pld_epsilon([r.under("add_remove") for r in releases], 1e-5), rel=1e-6)
     # a mean over m rows moves as far when a row is removed as when one is replaced: same eps
     assert add_remove.eps == totals.eps and add_remove.neighbouring == "add_remove"
-    assert [json.loads(line)["round"] for line in ledger.path.read_text().splitlines()] == [1, 2, 3, 3]
+    rows = [json.loads(line) for line in ledger.path.read_text().splitlines()]
+    assert [row["kind"] for row in rows] == ["open"] + ["release"] * 4
+    assert [row["round"] for row in rows[1:]] == [1, 2, 3, 3]
 
 
 def test_a_refused_release_leaves_the_ledger_byte_identical(tmp_path):
-    ledger = SiteLedger(tmp_path / "site-ledger.jsonl")
+    ledger = SiteLedger(tmp_path / "site" / "site-ledger.jsonl")
     one, two = (pld_epsilon([release(sigma=1.0)] * n, 1e-5) for n in (1, 2))
     policy = SitePolicy(max_eps=(one + two) / 2)  # room for one release of this size, not two
     ledger.charge(entry(round_=1), policy)
-    snapshot = ledger.path.read_bytes()
+    snapshot, head = ledger.path.read_bytes(), ledger.head_path.read_bytes()
     with pytest.raises(SiteRefusal, match=r"round 2 would bring the site's eps to [\d.]+ > max-eps [\d.]+ at delta "
                                           r"1e-05 \(replace_one, PLD; [\d.]+ spent in 1 releases\)"):
         ledger.charge(entry(round_=2), policy)
@@ -190,39 +194,33 @@ def test_a_refused_release_leaves_the_ledger_byte_identical(tmp_path):
     with pytest.raises(SiteRefusal, match=f"re-release: run {RUN} already received client 0's fdp_admm_primal "
                                           "release of round 1"):
         ledger.charge(entry(round_=1, sigma=1e6), SitePolicy(max_eps=100.0))  # even with more noise
-    assert ledger.path.read_bytes() == snapshot
+    assert ledger.path.read_bytes() == snapshot and ledger.head_path.read_bytes() == head
     assert ledger.charge(entry(round_=1, client=1, sigma=1e3), SitePolicy(max_eps=100.0)).releases == 2
 
 
-def test_a_failed_fsync_releases_nothing(tmp_path):
+def test_a_failed_fsync_releases_nothing_and_leaves_no_torn_line(tmp_path):
+    """A full disk: nothing is released, and the ledger is cut back to its last complete line (the
+    tamper-evident chain, the head, repair and reset: tests/test_site_ledger_chain.py)."""
     def broken(fd):
         raise OSError(28, "No space left on device")
 
-    ledger = SiteLedger(tmp_path / "site-ledger.jsonl", fsync=broken)
-    with pytest.raises(SiteLedgerError, match="could not create it .*nothing was released"):
+    ledger = SiteLedger(tmp_path / "site" / "site-ledger.jsonl", fsync=broken)
+    with pytest.raises(SiteLedgerError, match=r"could not write it \(No space left on device\); nothing was released"):
         ledger.charge(entry(), SitePolicy())
-    with pytest.raises(SiteLedgerError, match="could not record the release .*nothing was released"):
-        ledger.charge(entry(), SitePolicy())
+    assert not ledger.path.exists() and not ledger.head_path.exists()
+    good = SiteLedger(ledger.path, ledger.head_path)
+    good.charge(entry(round_=1), SitePolicy())
+    snapshot, head = ledger.path.read_bytes(), ledger.head_path.read_bytes()
 
+    def ledger_fsync_fails(fd):  # the ledger's disk is full, the head's is not
+        if os.readlink(f"/proc/self/fd/{fd}") == str(ledger.path):
+            raise OSError(28, "No space left on device")
+        os.fsync(fd)
 
-def test_a_torn_or_corrupt_line_is_a_clear_error(tmp_path):
-    path = tmp_path / "site-ledger.jsonl"
-    good = entry_line(entry(round_=1)) + entry_line(entry(round_=2))
-    path.write_text(good + entry_line(entry(round_=3))[:40])  # the node died while writing line 3
-    with pytest.raises(SiteLedgerError) as info:
-        SiteLedger(path).read()
-    assert str(info.value) == (f"site ledger {path}: line 3 is incomplete (the node stopped while writing it, so "
-                               "that release never left the site); check the file and remove that line to continue")
-    with pytest.raises(SiteLedgerError, match="line 3 is incomplete"):  # and nothing more is charged
-        SiteLedger(path).charge(entry(round_=4), SitePolicy())
-    assert path.read_text().endswith(entry_line(entry(round_=3))[:40])
-    path.write_text(good.replace('"round": 2', '"round": "two"'))
-    with pytest.raises(SiteLedgerError, match=r"line 2 is corrupt \(ValueError: .*\); fix or move the file"):
-        SiteLedger(path).read()
-    path.write_text(good.replace("fdp-flower-site-ledger/1", "other/9", 1))
-    with pytest.raises(SiteLedgerError, match="line 1 is corrupt .*format 'other/9'"):
-        SiteLedger(path).read()
-    assert len(parse_lines(good)) == 2
+    with pytest.raises(SiteLedgerError, match="could not record the release .*nothing was released$"):
+        SiteLedger(ledger.path, ledger.head_path, fsync=ledger_fsync_fails).charge(entry(round_=2), SitePolicy())
+    assert ledger.path.read_bytes() == snapshot and ledger.head_path.read_bytes() == head  # cut back: no torn line
+    assert good.charge(entry(round_=2), SitePolicy()).releases == 2
 
 
 # ------------------------------------------------------------------ the real ClientApp on a node-local file
@@ -244,14 +242,12 @@ def context(path, ledger_dir, run_id=RUN, **site) -> Context:
                    state=RecordDict(), run_config={})
 
 
-def train_message(sc, round_, *, global_w=None, dual=None, noisy_primal=None) -> Message:
+def train_message(sc, round_, *, point=None) -> Message:
+    """The server's request for client 0's release at ``point`` (default: 0), with the basis."""
     basis = build_basis(sc)
-    zeros = np.zeros(K)
-    arrays = pack_arrays(global_w=zeros if global_w is None else global_w, dual=zeros if dual is None else dual,
-                         noisy_primal=zeros if noisy_primal is None else noisy_primal,
-                         **{f"basis_{k}": v for k, v in basis.to_arrays().items()})
-    return Message(RecordDict({"arrays": arrays, "config": ConfigRecord({"round": round_})}), dst_node_id=5,
-                   message_type=MessageType.TRAIN)
+    request = SiteRequest(None, round_, {"point": np.zeros(K) if point is None else point})
+    content = pack_requests([request], {}, {f"basis_{k}": v for k, v in basis.to_arrays().items()})
+    return Message(content, dst_node_id=5, message_type=MessageType.TRAIN)
 
 
 def call_train(monkeypatch, sc, ctx, msg):
@@ -261,40 +257,59 @@ def call_train(monkeypatch, sc, ctx, msg):
     return client_app.train(msg, ctx)
 
 
-def noise_free_primal(sc, path, round_):
-    """What the server could compute if it held the site's data: the step without noise."""
+def noise_free_term(sc, path, round_):
+    """What the server could compute if it held the site's data: the descent term at 0 without noise,
+    and the release's sigma."""
     data = read_node_file(path)
     basis = build_basis(sc)
-    features, _ = client_features(sc, basis, data)
-    eta, _sens, sigma = NoisePlan(sc, K).release(round_, features.shape[0])
-    zeros = np.zeros(K)
-    return client_primal_step(objective=build_objective(sc), noisy_primal=zeros, global_w=zeros, dual=zeros,
-                              features=features, response=data.response, eta=float(eta),
-                              rho=sc.algorithm.rho), float(sigma)
+    features, _ = site_features(sc, basis, data)
+    _sensitivity, sigma = site_plan(sc, basis).calibration(round_, features.shape[0])
+    term = -build_objective(sc).loss.mean_subgradient(np.zeros(K), features, data.response)
+    return term, float(sigma)
 
 
 def test_the_ledger_line_is_fsynced_before_the_noise_is_drawn(tmp_path, monkeypatch):
-    from fdp_flower.clients import fdp_admm
+    from fdp_flower.clients.site import SiteSession
 
     events = []
-    real_fsync, real_noise = os.fsync, fdp_admm.add_gaussian_noise
+    real_fsync, real_noise_for = os.fsync, SiteSession.noise_for
     ledger_path = tmp_path / "ledger" / "site-ledger.jsonl"
+    head_dir = tmp_path / "ledger-head"
+
+    def on_disk():  # (lines in the ledger, lines its head records)
+        heads = list(head_dir.glob("*.head.json"))
+        return (ledger_path.read_text().count("\n") if ledger_path.exists() else 0,
+                json.loads(heads[0].read_text())["count"] if heads else None)
 
     def fsync(fd):
         real_fsync(fd)
-        events.append(("fsync", ledger_path.read_text().count("\n") if ledger_path.exists() else 0))
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        what = "ledger" if name == str(ledger_path) else "head" if ".head.json" in name else f"dir {Path(name).name}"
+        events.append(("fsync", what, *on_disk()))
 
-    def noise(*args, **kw):
-        events.append(("noise", ledger_path.read_text().count("\n")))
-        return real_noise(*args, **kw)
+    class Watched:
+        """The site's generator, noting when the noise is drawn."""
+
+        def __init__(self, rng):
+            self.rng = rng
+
+        def standard_normal(self, *args, **kw):
+            events.append(("noise", "", *on_disk()))
+            return self.rng.standard_normal(*args, **kw)
+
+    def noise_for(self, releases):
+        return Watched(real_noise_for(self, releases))
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(fdp_admm, "add_gaussian_noise", noise)
+    monkeypatch.setattr(SiteSession, "noise_for", noise_for)
     sc, path = node_scenario(), node_file(tmp_path)
     reply = call_train(monkeypatch, sc, context(path, tmp_path / "ledger"), train_message(sc, 1))
     assert not reply.has_error()
-    # directory entry, then the line, then -- with the line on disk -- the noise; the reply comes last
-    assert events == [("fsync", 0), ("fsync", 1), ("noise", 1)]
+    # a new site: an empty head, the ledger's "open" and release lines and its directory entry, the head of
+    # those 2 lines; only then -- with the line and the head on disk -- the noise; the reply comes last
+    assert events == [("fsync", "head", 0, None), ("fsync", "dir ledger-head", 0, 0),
+                      ("fsync", "ledger", 2, 0), ("fsync", "dir ledger", 2, 0),
+                      ("fsync", "head", 2, 0), ("fsync", "dir ledger-head", 2, 2), ("noise", "", 2, 2)]
 
     def full_disk(fd):
         raise OSError(28, "No space left on device")
@@ -309,8 +324,8 @@ def test_the_ledger_line_is_fsynced_before_the_noise_is_drawn(tmp_path, monkeypa
 def test_the_site_refuses_less_noise_more_rounds_a_re_release_and_privacy_off(tmp_path, monkeypatch):
     sc, path = node_scenario(), node_file(tmp_path)
     ledger = tmp_path / "ledger" / "site-ledger.jsonl"
-    plan = NoisePlan(sc, K)
-    events = [GaussianRelease(0, r, *(float(v) for v in plan.release(r, M_I)[1:]), mechanism="fdp_admm_primal")
+    plan = site_plan(sc, build_basis(sc))
+    events = [GaussianRelease(0, r, *(float(v) for v in plan.calibration(r, M_I)), mechanism="fdp_admm_subgradient")
               for r in (1, 2, 3)]
     two, three = pld_epsilon(events[:2], 1e-5), pld_epsilon(events, 1e-5)
     site = {"max-eps": (two + three) / 2}  # two rounds fit, not three
@@ -331,47 +346,47 @@ def test_the_site_refuses_less_noise_more_rounds_a_re_release_and_privacy_off(tm
         return reply.error.reason
 
     assert "round 3 would bring the site's eps to" in refused(sc, 3)  # past max-eps
-    assert "re-release: run 4242 already received client 0's fdp_admm_primal release of round 2" in refused(sc, 2)
+    assert "re-release: run 4242 already received client 0's fdp_admm_subgradient release of round 2" in \
+        refused(sc, 2)
     less_noise = node_scenario(eps=50.0)  # the server's run config asks for per-round eps 50: far less noise
     assert "would bring the site's eps to" in refused(less_noise, 3, **{"max-eps": 3.0})
-    assert "site refuses FDP-ADMM primal releases without noise: set allow-nonprivate=true" in \
+    assert "site refuses FDP-ADMM releases without noise: set allow-nonprivate=true" in \
         refused(node_scenario(enabled=False), 3)
-    with pytest.raises(ValueError, match=r"round 4 is outside 1\.\.3"):  # more rounds than calibrated
-        call_train(monkeypatch, sc, context(path, ledger.parent, **site), train_message(sc, 4))
-    assert ledger.read_bytes() == snapshot
+    assert "round 4 is outside 1..3" in refused(sc, 4)  # more rounds than calibrated
     reply = call_train(monkeypatch, node_scenario(enabled=False), context(path, ledger.parent, **{
         "allow-nonprivate": True}), train_message(sc, 3))
     assert not reply.has_error() and "site" in reply.content and ledger.read_bytes() == snapshot  # nothing to charge
 
 
 def test_what_the_server_sends_per_message_does_not_change_sigma(tmp_path, monkeypatch):
-    """sigma comes from the site's own m_i and the run's scenario; the server's arrays only move the step."""
+    """sigma comes from the site's own m_i and the run's scenario; the point the server names only moves
+    the noise-free term."""
     sc, path = node_scenario(), node_file(tmp_path)
-    _primal, sigma = noise_free_primal(sc, path, 1)
+    _term, sigma = noise_free_term(sc, path, 1)
     sigmas = []
     for run, scale in enumerate((0.0, 1e3, -1e6)):
-        msg = train_message(sc, 1, global_w=np.full(K, scale), dual=np.full(K, -scale), noisy_primal=np.full(K, scale))
+        msg = train_message(sc, 1, point=np.full(K, scale))
         reply = call_train(monkeypatch, sc, context(path, tmp_path / "ledger", run_id=run), msg)
-        sigmas.append(float(reply.content["metrics"]["sigma"]))
+        sigmas.append(float(reply.content["metrics"]["sigma"][0]))
     assert sigmas == [pytest.approx(sigma, rel=1e-12)] * 3
 
 
 def test_the_server_cannot_subtract_the_noise_of_a_node_local_release(tmp_path, monkeypatch):
-    """Released primal minus the run seed's noise minus the noise-free step: ~ N(0, 2 sigma^2 I) with the
+    """Released term minus the run seed's noise minus the noise-free term: ~ N(0, 2 sigma^2 I) with the
     site's own noise (OS entropy), exactly 0 with the site's seeded opt-in (the check can fail)."""
     sc, path = node_scenario(), node_file(tmp_path)
-    truth, sigma = noise_free_primal(sc, path, 1)
+    truth, sigma = noise_free_term(sc, path, 1)
     seeded_noise = sigma * release_rng(sc.seed, 0, 1).standard_normal(K)
     low, high = chi2_bounds(20 * K)
     residuals = []
     for run in range(20):  # 20 independent releases: 120 degrees of freedom
         reply = call_train(monkeypatch, sc, context(path, tmp_path / "ledger", run_id=run), train_message(sc, 1))
-        released = reply.content["arrays"]["noisy_primal"].numpy()
+        released = reply.content["arrays"]["release"].numpy()[0]
         residuals.append(released - seeded_noise - truth)
     assert low <= np.sum(np.square(residuals)) / (2 * sigma**2) <= high
     opted = call_train(monkeypatch, sc, context(path, tmp_path / "ledger-seeded", **{"allow-seeded-noise": True}),
                        train_message(sc, 1))
-    np.testing.assert_allclose(opted.content["arrays"]["noisy_primal"].numpy() - seeded_noise, truth,
+    np.testing.assert_allclose(opted.content["arrays"]["release"].numpy()[0] - seeded_noise, truth,
                                rtol=0, atol=1e-12)
 
 
@@ -449,8 +464,8 @@ def test_public_data_keep_the_runs_seeded_noise_and_no_site_ledger(tmp_path, mon
                          "data": {"kind": "node_files", "grid_points": 21, "paths": [str(path), str(path)]}})
     reply = handle_fdp_admm_train(train_message(sc, 1), ctx, sc)
     assert set(reply.content.keys()) == {"arrays", "metrics"} and not (tmp_path / "ledger").exists()
-    truth, sigma = noise_free_primal(sc, path, 1)
-    np.testing.assert_allclose(reply.content["arrays"]["noisy_primal"].numpy(),
+    truth, sigma = noise_free_term(sc, path, 1)
+    np.testing.assert_allclose(reply.content["arrays"]["release"].numpy()[0],
                                truth + sigma * release_rng(sc.seed, 0, 1).standard_normal(K), rtol=0, atol=1e-12)
 
 

@@ -27,7 +27,8 @@ import yaml
 from scipy import stats
 
 from fdp_flower.algorithms.fdp_admm.config import load_scenario
-from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_basis, build_objective, client_features, primal_release
+from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_basis, build_objective
+from fdp_flower.algorithms.fdp_admm.site import site_features, term_release
 from fdp_flower.algorithms.fdp_admm.update import client_primal_step
 from fdp_flower.config.base import parse_override_string
 from fdp_flower.engines.flower import LoopbackFederation
@@ -46,10 +47,11 @@ pytestmark = pytest.mark.skipif(shutil.which("flower-superlink") is None
 
 
 def noise_free_primal(scenario, path, round_=1):
-    """Round ``round_``'s step of the client holding ``path`` from a zero state, and its sigma."""
+    """Round ``round_``'s step of the client holding ``path`` from a zero state, and its noise's sigma in
+    primal units (the released term's sigma / (rho + 1/eta): the server steps on the released term)."""
     data = read_node_file(path, expected_grid=np.linspace(0, 1, 100))
     basis = build_basis(scenario)
-    features, _ = client_features(scenario, basis, data)
+    features, _ = site_features(scenario, basis, data)
     eta, _sens, sigma = NoisePlan(scenario, basis.n_components).release(round_, features.shape[0])
     zeros = np.zeros(basis.n_components)
     return client_primal_step(objective=build_objective(scenario), noisy_primal=zeros, global_w=zeros, dual=zeros,
@@ -148,7 +150,8 @@ def test_sites_refuse_a_greedy_server_and_keep_their_ledgers_across_a_restart(tm
     paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=600), 2), tmp_path / "data", "npz")
     scenario = load_scenario(SCENARIO, parse_override_string(overrides))
     plan = NoisePlan(scenario, scenario.basis.n_components)
-    events = [primal_release(0, r, *(float(v) for v in plan.release(r, 300)[1:])) for r in (1, 2, 3)]
+    sensitivity = 2 * plan.gradient_bound / 300  # the descent term's 2G/m_i, m_i = 300
+    events = [term_release(0, r, sensitivity, plan.noise_multipliers[r - 1] * sensitivity) for r in (1, 2, 3)]
     two, three = pld_epsilon(events[:2], 1e-5), pld_epsilon(events, 1e-5)
     max_eps = (two + three) / 2  # each site accepts two of the scenario's rounds, not three
 
@@ -193,8 +196,8 @@ def test_sites_refuse_a_greedy_server_and_keep_their_ledgers_across_a_restart(tm
         assert set(reply) == {"error"} and "would bring the site's eps to" in reply["error"], reply
         assert f"> max-eps {max_eps:g}" in reply["error"]
     assert unchanged
-    for path in ledgers:
-        assert len(path.read_text().splitlines()) == 2
+    for path in ledgers:  # the ledger's "open" line and the two releases
+        assert [json.loads(line)["kind"] for line in path.read_text().splitlines()] == ["open", "release", "release"]
 
     # SuperNode 0 was killed and restarted (a new node id): same ledger, same totals, and it refuses
     # to release round 1 of this run again; a round past the calibrated three is refused too

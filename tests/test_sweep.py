@@ -142,7 +142,7 @@ def test_printed_flower_command_parses_with_flwr():
 
     from flwr.common.config import parse_config_args
 
-    from fdp_flower.algorithms.fdp_admm.config import scenario_from_run_config
+    from fdp_flower.algorithms.registry import any_scenario_from_run_config as scenario_from_run_config
     from fdp_flower.cli.sweep import flower_command
 
     args = shlex.split(flower_command("scenarios/quickstart.yaml", ["privacy.eps=0.2", "algorithm.rounds=5"]))

@@ -7,9 +7,13 @@ import pytest
 
 from fdp_flower import cli
 from fdp_flower.algorithms.fdp_admm.config import load_scenario, parse_scenario
-from fdp_flower.algorithms.p2p.config import build_graph, parse_p2p_scenario
+from fdp_flower.algorithms.p2p.config import parse_p2p_scenario
+from fdp_flower.algorithms.p2p.plan import scenario_graph
 from fdp_flower.algorithms.p2p.topology import DisconnectedGraphError
-from fdp_flower.clients.fdp_admm import fdp_admm_client_update
+from fdp_flower.algorithms.fdp_admm.plan import site_plan
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
+from fdp_flower.algorithms.protocol import SiteRequest
+from fdp_flower.privacy.mechanisms import run_noise
 from fdp_flower.config.base import ScenarioError
 from fdp_flower.functional import design
 from fdp_flower.functional.fpca import fixed_basis
@@ -80,10 +84,12 @@ def test_wrong_dimensions():
                          "basis": {"kind": "fixed", "n_components": 3}})
     basis = fixed_basis("cosine", 3, GRID)
     data = design.simulate_partition(0, 40, 2, 0, tau=0.5, grid=GRID)
-    with pytest.raises(ValueError) as e:  # a server message with the wrong K
-        fdp_admm_client_update(sc, 0, data, basis, global_w=np.zeros(4), dual=np.zeros(3),
-                               noisy_primal=np.zeros(3), round_=1)
-    one_line(e, "global_w must have shape (3,)")
+    features, clipped = site_features(sc, basis, data)
+    site = SiteData.stack([0], [features], [data.response], [clipped])
+    (refused,) = answer([SiteRequest(0, 1, {"point": np.zeros(4)})], site, site_plan(sc, basis),
+                        run_noise(sc.seed))  # a server message with the wrong K: refused, nothing released
+    assert isinstance(refused, ValueError) and "\n" not in str(refused)
+    assert "point must have shape (3,)" in str(refused)
 
 
 @pytest.mark.parametrize("section, needle", [
@@ -112,9 +118,9 @@ def test_more_clients_than_samples_and_disconnected_topology():
     with pytest.raises(ValueError) as e:
         design.partition_bounds(3, 5)
     one_line(e, "cannot split 3 samples over 5 clients")
-    sc = parse_p2p_scenario({"topology": {"kind": "custom", "num_nodes": 4, "edges": [[0, 1], [2, 3]]}})
+    sc = parse_p2p_scenario({"federation": {"num_clients": 4}, "topology": {"kind": "custom", "edges": [[0, 1], [2, 3]]}})
     with pytest.raises(DisconnectedGraphError) as e:
-        build_graph(sc.topology, sc.seed)
+        scenario_graph(sc)
     one_line(e, "disconnected (2 components)")
 
 

@@ -89,7 +89,8 @@ def scenario_from_args(args: argparse.Namespace):
 
 def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
     """The ledger a run of ``scenario`` would record (every client, every round) and the sizes m_i."""
-    from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, partition_sizes, primal_release
+    from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, partition_sizes
+    from fdp_flower.algorithms.fdp_admm.site import SitePlan, term_release
 
     if scenario.algorithm.kind != "fdp_admm":
         raise ScenarioError(f"the calculator computes FDP-ADMM's releases; algorithm {scenario.algorithm.kind!r} "
@@ -105,9 +106,13 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
     ledger = PrivacyLedger()
     if not plan.private:
         return ledger, sizes
+    # the noise shape (the basis's score variances) changes no eps: each release is a Gaussian with its
+    # own multiplier z_l, whatever the metric its sensitivity is measured in
+    calibration = SitePlan(build_objective(scenario).loss, plan.gradient_bound, None, plan.noise_multipliers,
+                           plan.dim)
     for round_ in range(1, scenario.algorithm.rounds + 1):
-        _, sensitivity, sigma = plan.release(round_, sizes)
-        ledger.record_many(primal_release(i, round_, sensitivity[i], sigma[i]) for i in range(len(sizes)))
+        sensitivity, sigma = calibration.calibration(round_, sizes)
+        ledger.record_many(term_release(i, round_, sensitivity[i], sigma[i]) for i in range(len(sizes)))
     return ledger, sizes
 
 

@@ -70,7 +70,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from fdp_flower.outputs.report import report
-
     from fdp_flower.outputs.results import OutputError
 
     out = Path(args.out) if args.out else Path(args.results) / "report.md"
@@ -194,12 +193,9 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
 def clients_of(scenario) -> int:
     """The number of clients (graph nodes for peer-to-peer) of a scenario of any family: one simulated
     SuperNode each, as in a deployment."""
-    federation = getattr(scenario, "federation", None)
-    if federation is not None:
-        return int(federation.num_clients)
-    from fdp_flower.algorithms.p2p.config import build_graph
+    from fdp_flower.algorithms.registry import family
 
-    return int(build_graph(scenario.topology, scenario.seed).num_nodes)
+    return family(scenario.algorithm.kind).num_clients(scenario)
 
 
 def extend_run(sub) -> None:

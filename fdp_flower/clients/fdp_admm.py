@@ -1,61 +1,55 @@
-"""FDP-ADMM client worker: one local step on the client's own data (docs/algorithms.md, eq. (1.2)).
+"""FDP-ADMM client worker: a thin driver of FDP-ADMM's site function on a Flower node
+(:func:`fdp_flower.algorithms.fdp_admm.site.answer`; docs/algorithms.md, eq. (1.3)).
 
-The step is a pure function of (scenario, partition, features, message contents); the
-algorithm's state (w, g_i, wt_i) lives on the server.  What a node keeps between rounds stays on
-the node and is never part of a reply: the run's basis, received once per node, in its own
-``context.state`` (the SuperNode stores it and hands it only to its own ClientApp), and each
-partition's clipped features and responses, computed once per run, in a file of the node's
-feature cache (:func:`node_features`, :func:`feature_cache_file`; not in ``context.state``, which
-Flower copies to and from every ClientApp process, one per message in a deployment).  Noise is
-calibrated and added here, on the client, from public
-quantities (its sample count m_i, the round, the scenario); on node-local data the site's
-policy, noise and ledger apply (:mod:`fdp_flower.clients.site`).
+It unpacks a train message into the protocol's requests (the point each client is asked at), finds
+the clients' rows, calls the site function with the site's noise (:mod:`fdp_flower.clients.site`:
+on node-local data the site's own policy, noise and ledger) and packs the releases.  The algorithm's
+state (w, g_i, wt_i) lives on the server.  What a node keeps between rounds stays on the node and is
+never part of a reply: the run's basis, received once per node, in its own ``context.state`` (the
+SuperNode stores it and hands it only to its own ClientApp), and each partition's clipped features
+and responses, computed once per run, in a file of the node's feature cache (:func:`node_features`,
+:func:`feature_cache_file`; not in ``context.state``, which Flower copies to and from every ClientApp
+process, one per message in a deployment).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
-from fdp_flower.algorithms.fdp_admm.plan import (
-    build_objective,
-    client_features,
-    data_source,
-    load_partition,
-    model_dim,
-    noise_plan,
-    noise_scales,
-    primal_release,
-)
-from fdp_flower.algorithms.fdp_admm.update import client_primal_step, stack_clients
+from fdp_flower.algorithms.fdp_admm.plan import data_source, load_partition, site_plan
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
+from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.clients.common import node_partition, partition_data_error
-from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data
+from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data, public_reason, refusal_reply
 from fdp_flower.functional.fpca import FunctionalBasis
-from fdp_flower.privacy.ledger import GaussianRelease
-from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
 from fdp_flower.wire import (
     BASIS_DIGEST_KEY,
     BASIS_MISSING,
     BASIS_PREFIX,
-    BATCH_CLIENTS_KEY,
     basis_digest,
     pack_arrays,
+    pack_releases,
     unpack_arrays,
+    unpack_requests,
 )
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+log = logging.getLogger(__name__)
 
 _BASIS_STATE = "fdp-basis"
 #: The node's feature cache, under FLWR_HOME as the ClientApp process sees it (Flower's ``~/.flwr``)
@@ -64,118 +58,7 @@ FEATURE_CACHE_SUBDIR = "fdp-flower-cache"
 _FEATURE_CACHE_MAX_AGE_S = 24 * 3600
 
 
-@dataclass(frozen=True)
-class ClientReply:
-    """What a client releases: its noisy primal and public bookkeeping."""
-
-    noisy_primal: np.ndarray
-    partition: int
-    num_examples: int
-    eta: float
-    sensitivity: float
-    sigma: float  # 0.0 when privacy is off
-    clipped_rows: int
-
-
-def fdp_admm_client_update(scenario: Scenario, partition: int, data, basis: FunctionalBasis, *,
-                           global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
-                           round_: int, rho: float | None = None,
-                           noise: Callable[[GaussianRelease], np.random.Generator] | None = None,
-                           features: tuple[np.ndarray, int] | None = None) -> ClientReply:
-    """Compute w_i^l from (w^{l-1}, g_i^{l-1}, wt_i^{l-1}) and release wt_i^l = w_i^l + N(0, sigma^2 I).
-
-    ``noise`` maps the release's ledger event to its noise generator, called once the noise-free
-    step is computed (:meth:`fdp_flower.clients.site.SiteSession.noise_for`: the site's policy and
-    ledger); default ``release_rng(seed, partition, round, privacy.noise_source)``.  ``features``:
-    (features, rows clipped) of :func:`~fdp_flower.algorithms.fdp_admm.plan.client_features` on
-    ``data`` and ``basis``, if already computed (a node's cache); ``data`` then supplies the responses.
-    ``rho``: the round's penalty rho^l (default ``algorithm.rho``); a private client
-    refuses any other, since its noise is calibrated for ``algorithm.rho`` (eq. (1.6)).
-    """
-    features, clipped = client_features(scenario, basis, data) if features is None else features
-    (reply,) = fdp_admm_node_update(scenario, basis, [NodeClient(partition, features, clipped, data.response,
-                                                                 dual, noisy_primal)],
-                                    global_w=global_w, round_=round_, rho=rho, noise=noise)
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
-
-
-@dataclass(frozen=True)
-class NodeClient:
-    """One client a node runs in a round: its partition, cached features and the server's rows for it."""
-
-    partition: int
-    features: np.ndarray
-    clipped: int
-    response: np.ndarray
-    dual: np.ndarray
-    noisy_primal: np.ndarray
-
-
-def fdp_admm_node_update(scenario: Scenario, basis: FunctionalBasis, clients: list[NodeClient], *,
-                         global_w: np.ndarray, round_: int, rho: float | None = None,
-                         noise: Callable[[GaussianRelease], np.random.Generator] | None = None,
-                         ) -> list[ClientReply | Exception]:
-    """:func:`fdp_admm_client_update` for every client a node hosts, their steps (eq. (1.2)) as one
-    array operation (the in-process engine's stacked form), each client's noise from its own release
-    (``noise``, called client by client after all steps are computed).  Returns one entry per client:
-    its reply, or the ``ValueError`` / site refusal that stops it alone (nothing of it is released)."""
-    dim = model_dim(scenario, basis)
-    plan = _noise_plan(scenario, basis)
-    rho = scenario.algorithm.rho if rho is None else float(rho)
-    out: list[ClientReply | Exception | None] = [None] * len(clients)
-    try:
-        _check_vector("global_w", global_w, dim)
-        if not (np.isfinite(rho) and rho > 0):
-            raise ValueError(f"rho must be finite and > 0, got {rho}")
-    except ValueError as exc:
-        return [exc] * len(clients)
-    ready, releases = [], []
-    for j, c in enumerate(clients):
-        try:
-            _check_vector("dual", c.dual, dim)
-            _check_vector("noisy_primal", c.noisy_primal, dim)
-            releases.append(plan.release(round_, c.features.shape[0], rho))  # a private plan refuses rho != algorithm.rho
-            ready.append(j)
-        except ValueError as exc:
-            out[j] = exc
-    if ready:
-        features, response, mask = stack_clients([clients[j].features for j in ready],
-                                                 [clients[j].response for j in ready])
-        primals = client_primal_step(
-            objective=build_objective(scenario), features=features, response=response, mask=mask,
-            noisy_primal=np.stack([clients[j].noisy_primal for j in ready]), global_w=np.asarray(global_w)[None, :],
-            dual=np.stack([clients[j].dual for j in ready]), rho=rho,
-            eta=np.array([float(r[0]) for r in releases])[:, None])
-        scales = None if releases[0][2] is None else noise_scales(scenario, basis)
-        for j, primal, (eta, sensitivity, sigma) in zip(ready, primals, releases):
-            c = clients[j]
-            try:
-                if sigma is None:
-                    released, sigma_value = primal, 0.0
-                else:
-                    rng = (release_rng(scenario.seed, c.partition, round_, scenario.privacy.noise_source)
-                           if noise is None else
-                           noise(primal_release(c.partition, round_, float(sensitivity), float(sigma))))
-                    released, sigma_value = add_gaussian_noise(primal, float(sigma), rng, scales), float(sigma)
-            except (*SITE_ERRORS, ValueError) as exc:
-                out[j] = exc
-                continue
-            out[j] = ClientReply(released, c.partition, c.features.shape[0], float(eta), float(sensitivity),
-                                 sigma_value, c.clipped)
-    return out
-
-
-def _check_vector(name: str, arr, dim: int) -> None:
-    if np.shape(arr) != (dim,):
-        raise ValueError(f"{name} must have shape ({dim},), got {np.shape(arr)}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or infinite values")
-
-
-#: (id(scenario), id(basis)) -> ((scenario, basis), plan): a node's clients of one message share one plan
-#: (its calibration and its per-(round, m) releases are computed once)
+#: (id(scenario), id(basis)) -> ((scenario, basis), the site's plan): built once per message and basis
 _PLANS: dict[tuple[int, ...], tuple[tuple, object]] = {}
 
 
@@ -191,8 +74,8 @@ def _per_objects(store: dict, objects: tuple, make: Callable[[], object], limit:
     return known[1]
 
 
-def _noise_plan(scenario: Scenario, basis: FunctionalBasis):
-    return _per_objects(_PLANS, (scenario, basis), lambda: noise_plan(scenario, basis), limit=4)
+def _site_plan(scenario: Scenario, basis: FunctionalBasis):
+    return _per_objects(_PLANS, (scenario, basis), lambda: site_plan(scenario, basis), limit=4)
 
 
 class BasisMissing(RuntimeError):
@@ -335,7 +218,7 @@ def _compute_features(context: Context, scenario: Scenario, partition: int,
         data = load_partition(scenario, partition, path)
     except ValueError as exc:  # a deployment error names the partition
         raise partition_data_error(partition, exc) from None
-    features, clipped = client_features(scenario, basis, data)
+    features, clipped = site_features(scenario, basis, data)
     return features, int(clipped), data.response
 
 
@@ -387,108 +270,76 @@ def node_features(context: Context, scenario: Scenario, partition: int, basis: F
     return value if value is not None else _compute_features(context, scenario, partition, basis)
 
 
-@dataclass(frozen=True)
-class _Responses:
-    """The part of a partition's data the step needs once its features are known."""
-
-    response: np.ndarray
-
-
 def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) -> Message:
-    """Unpack an FDP-ADMM train message, run the client worker, pack the reply (with the site's totals
-    on node-local data).  A node that lost the run's basis answers with a :data:`BASIS_MISSING`
-    error before anything is computed or charged.
+    """Answer an FDP-ADMM train message: every client it asks for (one, or every client a node hosts
+    when nodes host several simulated clients) releases its noisy descent term at the point the
+    server names (:func:`fdp_flower.algorithms.fdp_admm.site.answer`), with the site's noise and
+    ledger (:class:`~fdp_flower.clients.site.SiteSession`).  The reply holds the released rows, one
+    list per metric and the clients the node refused (bad data, a public value it does not accept,
+    the site's policy: nothing of them is released), plus the site's totals on node-local data.
 
-    A batched message (config :data:`~fdp_flower.wire.BATCH_CLIENTS_KEY`: a node hosting several
-    simulated clients; row j of its ``duals`` and ``noisy_primals`` is client ``partition-ids[j]``)
-    runs its clients' updates (:func:`fdp_admm_node_update`: one stacked step, then each client's noise
-    from its own release) and replies once: the released rows of
-    ``noisy_primals`` with one list per metric (``partition-id`` naming each row), and the clients it
-    refused (bad data, the site's policy) in an ``errors`` record (``partition-id``, ``code``,
-    ``reason`` lists); the others still release."""
-    config = msg.content["config"]
-    arrays = unpack_arrays(msg.content["arrays"])
+    A node that does not hold the basis the message names answers with a :data:`BASIS_MISSING`
+    error before anything is computed or charged."""
+    requests, config, others = unpack_requests(msg.content)
     digest = str(config[BASIS_DIGEST_KEY]) if BASIS_DIGEST_KEY in config else None
     try:
-        basis = node_basis(context, arrays, digest)
+        basis = node_basis(context, others, digest)
     except BasisMissing as exc:
         from flwr.app import Error
         from flwr.common.constant import ErrorCode
 
         return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=str(exc)), reply_to=msg)
-    site = SiteSession.open(context, scenario, node_local=names_own_data(context, data_source(scenario)))
-    site.admit(scenario.privacy.enabled, "FDP-ADMM primal releases")
     if digest is None:
         digest = str(context.state[_BASIS_STATE + "-digest"]["digest"])
-    round_, rho = int(config["round"]), float(config["rho"]) if "rho" in config else None
-    if BATCH_CLIENTS_KEY not in config:
-        named = int(config["partition-id"]) if "partition-id" in config else None
-        released, metrics = _client_release(context, scenario, site, basis, digest, named, arrays["global_w"],
-                                            arrays["dual"], arrays["noisy_primal"], round_, rho)
-        return Message(content=RecordDict({"arrays": pack_arrays(noisy_primal=released),
-                                           "metrics": MetricRecord(metrics), **site.records()}), reply_to=msg)
+    source = data_source(scenario)
+    site = SiteSession.open(context, scenario, node_local=names_own_data(context, source))
+    site.admit(scenario.privacy.enabled, "FDP-ADMM releases")
+    if site.node_local and not source.node_local:
+        raise ValueError(f"this site serves its own data file only (data kind 'node_files'); the run's data kind "
+                         f"{source.kind!r} is refused")
+    refused: dict[int, Exception] = {}  # request -> why its client is refused (nothing of it is released)
+    partitions: dict[int, int] = {}
+    for j, request in enumerate(requests):
+        try:
+            partitions[j] = node_partition(context, scenario, request.client, simulated=not source.node_local)
+        except ValueError as exc:
+            refused[j] = exc
+    load_node_features(context, scenario, sorted(set(partitions.values())), basis, digest)  # one cache read
+    rows: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}
+    for j, partition in partitions.items():
+        try:
+            rows[j] = node_features(context, scenario, partition, basis, digest)
+        except (*SITE_ERRORS, ValueError) as exc:
+            refused[j] = exc
+    asked = [j for j in range(len(requests)) if j in rows]
+    released = []
+    if asked:
+        data = SiteData.stack([partitions[j] for j in asked], [rows[j][0] for j in asked],
+                              [rows[j][2] for j in asked], [rows[j][1] for j in asked])
+        named = [SiteRequest(partitions[j], requests[j].round, requests[j].public) for j in asked]
+        for j, outcome in zip(asked, answer(named, data, _site_plan(scenario, basis), site.noise_for)):
+            if isinstance(outcome, Exception):
+                refused[j] = outcome
+                continue
+            # a count of clipped rows is data-dependent: on node-local data the site decides (its node config's
+            # clipped-rows-sigma: noised and charged), never the server; simulated data send it when asked
+            try:
+                count = site.clipped_rows(rows[j][1], client=partitions[j], round_=requests[j].round,
+                                          requested=scenario.privacy.report_clipped_rows or not scenario.privacy.enabled)
+            except SITE_ERRORS as exc:  # the count is refused alone: the release stands
+                count = None
+                log.warning("fdp-flower: client %d's count of clipped rows not sent: %s", partitions[j], exc)
+            if count is not None:
+                extra = {"clipped-rows": count}
+                if site.node_local:
+                    extra["clipped-rows-sigma"] = float(site.policy.clipped_rows_sigma)
+                outcome = replace(outcome, metrics={**outcome.metrics, **extra})
+            released.append(outcome)
     from flwr.common.constant import ErrorCode
 
-    clients = [int(c) for c in config[BATCH_CLIENTS_KEY]]
-    duals, noisy_primals = np.atleast_2d(arrays["duals"]), np.atleast_2d(arrays["noisy_primals"])
-    if duals.shape[0] != len(clients) or noisy_primals.shape[0] != len(clients):
-        raise ValueError(f"a batched message for {len(clients)} clients carries {duals.shape[0]} duals and "
-                         f"{noisy_primals.shape[0]} primals")
-    simulated = not data_source(scenario).node_local
-    refused: dict[int, Exception] = {}  # row -> why that client is refused (nothing of it is released)
-    partitions: dict[int, int] = {}
-    for row, named in enumerate(clients):
-        try:
-            partitions[row] = node_partition(context, scenario, named, simulated=simulated)
-        except ValueError as exc:
-            refused[row] = exc
-    load_node_features(context, scenario, list(partitions.values()), basis, digest)  # one cache file read (and write)
-    hosted: dict[int, NodeClient] = {}
-    for row, partition in partitions.items():
-        try:
-            features, clipped, response = node_features(context, scenario, partition, basis, digest)
-        except (*SITE_ERRORS, ValueError) as exc:
-            refused[row] = exc
-            continue
-        hosted[row] = NodeClient(partition, features, clipped, response, duals[row], noisy_primals[row])
-    replies = fdp_admm_node_update(scenario, basis, list(hosted.values()), global_w=arrays["global_w"],
-                                   round_=round_, rho=rho, noise=site.noise_for)
-    released, metrics, errors = [], {}, {"partition-id": [], "code": [], "reason": []}
-    for row, reply in zip(hosted, replies):
-        if isinstance(reply, Exception):
-            refused[row] = reply
-            continue
-        released.append(reply.noisy_primal)
-        for key, value in _metrics_of(scenario, reply).items():
-            metrics.setdefault(key, []).append(value)
-    for row in sorted(refused):
-        errors["partition-id"].append(clients[row])
-        errors["code"].append(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION))
-        errors["reason"].append(" ".join(str(refused[row]).split()))
-    dim = np.shape(arrays["global_w"])[0]
-    content = {"arrays": pack_arrays(noisy_primals=np.reshape(released, (len(released), dim))),
-               "metrics": MetricRecord(metrics)}
-    if errors["partition-id"]:
-        content["errors"] = ConfigRecord(errors)
-    return Message(content=RecordDict({**content, **site.records()}), reply_to=msg)
-
-
-def _client_release(context: Context, scenario: Scenario, site: SiteSession, basis: FunctionalBasis, digest: str,
-                    named: int | None, global_w: np.ndarray, dual: np.ndarray, noisy_primal: np.ndarray,
-                    round_: int, rho: float | None) -> tuple[np.ndarray, dict]:
-    """One client's release on this node: (noisy primal, public bookkeeping)."""
-    partition = node_partition(context, scenario, named, simulated=not data_source(scenario).node_local)
-    features, clipped, response = node_features(context, scenario, partition, basis, digest)
-    reply = fdp_admm_client_update(
-        scenario, partition, _Responses(response), basis, global_w=global_w, dual=dual, noisy_primal=noisy_primal,
-        round_=round_, rho=rho, noise=site.noise_for, features=(features, clipped))
-    return reply.noisy_primal, _metrics_of(scenario, reply)
-
-
-def _metrics_of(scenario: Scenario, reply: ClientReply) -> dict:
-    """A release's public bookkeeping (the rows clipped only if the scenario reports them)."""
-    metrics = {"partition-id": reply.partition, "num-examples": reply.num_examples, "eta": reply.eta,
-               "sensitivity": reply.sensitivity, "sigma": reply.sigma}
-    if scenario.privacy.report_clipped_rows or not scenario.privacy.enabled:
-        metrics["clipped-rows"] = reply.clipped_rows
-    return metrics
+    code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
+    if len(requests) == 1 and refused:  # a one-client message: its refusal is the reply (nothing released)
+        return refusal_reply(msg, refused[0], context)
+    errors = [(partitions.get(j, -1 if requests[j].client is None else requests[j].client), code,
+               public_reason(refused[j], context)) for j in sorted(refused)]
+    return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)

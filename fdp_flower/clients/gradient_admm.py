@@ -1,110 +1,83 @@
-"""DP-ADMM / DP-AccADMM client worker (Xu et al. 2020; docs/algorithms.md, section 5), Flower Message API.
+"""DP-ADMM / DP-AccADMM client worker: a thin driver of the family's site function on a Flower node
+(:func:`fdp_flower.algorithms.gradient_admm.site.answer`; Xu et al. 2020; docs/algorithms.md, section 5).
 
-The client is stateless: given its data and the message contents (the server's
-extrapolated point xh_{t-1} and the round t) it returns its noisy local gradient
-grad f_i(xh_{t-1}) + N(0, s_i^2 I), with s_i calibrated by Theorem 1 from its own
-sample count m_i and the public run parameters of its scenario.  Its noise generator comes
-from :meth:`fdp_flower.clients.site.SiteSession.noise_for` (the tabular data are public, so the
-run's noise source applies and no site ledger is kept; a node-local source would switch on the
-site's policy there).
+It unpacks a train message into the protocol's requests (the point xh_{t-1} each client is asked at),
+loads the rows of the clients it is asked for from the scenario's data source
+(:mod:`fdp_flower.data.sources`, once per process), calls the site function with the site's noise
+(:meth:`fdp_flower.clients.site.SiteSession.noise_for`: the tabular data are public or named by the
+scenario, so the run's noise source applies and no site ledger is kept) and packs the releases.  The
+algorithm's state lives on the server; the client keeps nothing between rounds but its loaded rows.
 """
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 
-import numpy as np
+from fdp_flower.algorithms.gradient_admm.plan import ScenarioData, data_source, site_plan
+from fdp_flower.algorithms.gradient_admm.site import SiteData, answer
+from fdp_flower.algorithms.protocol import SiteRequest
+from fdp_flower.clients.common import node_partition, partition_data_error
+from fdp_flower.clients.site import SITE_ERRORS, SiteSession
+from fdp_flower.wire import pack_releases, unpack_requests
+from fdp_flower.wire.flwr import Context, Error, ErrorCode, Message, RecordDict
 
-from fdp_flower.algorithms.gradient_admm.update import (
-    MECHANISM,
-    client_release,
-    gradient_sensitivity,
-    theorem1_sigma,
-)
-from fdp_flower.clients.site import SiteSession
-from fdp_flower.core.clipping import clip_rows
-from fdp_flower.privacy import GaussianRelease
-from fdp_flower.wire import pack_arrays, unpack_arrays
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Context, Message, MetricRecord, RecordDict
+#: id(scenario) -> (scenario, its data source): a process serving many messages of a run loads the rows once
+_SOURCES: dict[int, tuple[object, object]] = {}
 
 
-@dataclass(frozen=True)
-class GradientReply:
-    """What one client releases in one round."""
-
-    gradient: np.ndarray  # noisy when privacy is on
-    partition: int
-    num_examples: int
-    sensitivity: float  # 0.0 when privacy is off
-    sigma: float  # 0.0 when privacy is off
-    clipped_rows: int
+def _source(scenario):
+    known = _SOURCES.get(id(scenario))
+    if known is None or known[0] is not scenario:
+        if len(_SOURCES) >= 4:
+            _SOURCES.pop(next(iter(_SOURCES)))
+        known = _SOURCES[id(scenario)] = (scenario, data_source(scenario))
+    return known[1]
 
 
-def gradient_admm_client_update(*, loss, features: np.ndarray, labels: np.ndarray, x_hat: np.ndarray,
-                                round_: int, partition: int, seed: int, c1: float, rounds: int,
-                                privacy=None,
-                                noise: Callable[[GaussianRelease], np.random.Generator] | None = None
-                                ) -> GradientReply:
-    """Clip the rows to ||a|| <= c1, compute grad f_i(xh) and add Theorem 1 noise.
-
-    ``privacy`` is a :class:`fdp_flower.engines.gradient_admm.GradientPrivacy` or None (no noise).
-    The noise generator is ``release_rng(seed, partition, round_)``, or ``noise(release)`` if given
-    (:meth:`fdp_flower.clients.site.SiteSession.noise_for`).
-    """
-    x_hat = np.asarray(x_hat, dtype=float)
-    if x_hat.shape != (features.shape[1],) or not np.all(np.isfinite(x_hat)):
-        raise ValueError(f"x_hat must be a finite vector of length {features.shape[1]}, got shape {x_hat.shape}")
-    if not 1 <= round_ <= rounds:
-        raise ValueError(f"round {round_} outside [1, {rounds}]: Theorem 1 was calibrated for {rounds} releases")
-    clipped, n_clipped = clip_rows(features, c1)
-    m = len(labels)
-    if privacy is None:
-        sens, sigma = 0.0, None
-    else:
-        sens = float(gradient_sensitivity(loss.gradient_bound(c1), m, privacy.neighbouring))
-        sigma = float(theorem1_sigma(sens, rounds=rounds, eps=privacy.eps, delta=privacy.delta, mu=privacy.mu))
-    rng = None
-    if noise is not None and sigma is not None:
-        event = GaussianRelease(partition, round_, sens, sigma, neighbouring=privacy.neighbouring, mechanism=MECHANISM)
-        rng = lambda: noise(event)  # noqa: E731
-    grad = client_release(loss=loss, x_hat=x_hat, features=clipped, response=labels, sigma=sigma, seed=seed,
-                          client=partition, round_=round_, rng=rng)
-    return GradientReply(grad, partition, m, sens, 0.0 if sigma is None else sigma, n_clipped)
-
-
-def handle_gradient_admm_train(msg: Message, context: Context, scenario, data=None) -> Message:
-    """Unpack a DP-(Acc)ADMM train message, run the worker on this node's partition, pack the reply.
+def handle_gradient_admm_train(msg: Message, context: Context, scenario, data: ScenarioData | None = None) -> Message:
+    """Answer a DP-(Acc)ADMM train message: every client it asks for releases its noisy mean gradient at the
+    point the server names (:func:`fdp_flower.algorithms.gradient_admm.site.answer`).  The reply holds the
+    released rows, one list per metric (``clipped-rows`` only when privacy is off: a count of the data) and
+    the clients the node refused (a public value or round it does not accept, labels the loss's bound does
+    not hold for, bad data: nothing of them is released).
 
     ``scenario`` is the client's own :class:`~fdp_flower.algorithms.gradient_admm.config.GradientADMMScenario`;
-    ``data`` (optional) a preloaded :class:`~fdp_flower.engines.gradient_admm.ScenarioData`.
+    ``data`` (optional) its preloaded :class:`~fdp_flower.algorithms.gradient_admm.plan.ScenarioData`.
     """
-    from fdp_flower.core.losses import make_loss
-    from fdp_flower.engines.gradient_admm import load_scenario_data, scenario_privacy
-
-    config = msg.content["config"]
-    if "partition-id" in config:
-        partition = int(config["partition-id"])
-    else:
-        partition = int(context.node_config["partition-id"])
-    if not 0 <= partition < scenario.federation.num_clients:
-        raise ValueError(f"partition-id {partition} outside [0, {scenario.federation.num_clients})")
-    data = load_scenario_data(scenario) if data is None else data
+    requests, _config, _others = unpack_requests(msg.content)
+    private = scenario.privacy.enabled
     # public tabular data (every node can load them, and so can the server): the run's noise source
     site = SiteSession.open(context, scenario, node_local=False)
-    site.admit(scenario_privacy(scenario) is not None, "DP-ADMM gradients")
-    lc = scenario.model.loss
-    reply = gradient_admm_client_update(
-        loss=make_loss(lc.kind, tau=lc.tau, residual_bound=lc.residual_bound),
-        features=data.features[partition], labels=data.labels[partition],
-        x_hat=unpack_arrays(msg.content["arrays"])["x_hat"], round_=int(config["round"]), partition=partition,
-        seed=scenario.seed, c1=scenario.model.clip_c1, rounds=scenario.algorithm.rounds,
-        privacy=scenario_privacy(scenario), noise=site.noise_for)
-    metrics = MetricRecord({"partition-id": reply.partition, "num-examples": reply.num_examples,
-                            "sensitivity": reply.sensitivity, "sigma": reply.sigma,
-                            "clipped-rows": reply.clipped_rows})
-    return Message(content=RecordDict({"arrays": pack_arrays(gradient=reply.gradient), "metrics": metrics}),
-                   reply_to=msg)
+    site.admit(private, "DP-ADMM gradients")
+    refused: dict[int, Exception] = {}  # request -> why its client is refused (nothing of it is released)
+    rows: dict[int, tuple[int, tuple]] = {}
+    for j, request in enumerate(requests):
+        try:
+            partition = node_partition(context, scenario, request.client, simulated=True)
+            try:
+                own = (data.features[partition], data.labels[partition]) if data is not None else \
+                    _source(scenario).load(partition)
+            except ValueError as exc:  # a data error names the partition
+                raise partition_data_error(partition, exc) from None
+            rows[j] = (partition, own)
+        except (*SITE_ERRORS, ValueError) as exc:
+            refused[j] = exc
+    released = []
+    asked = sorted(rows)
+    if asked:
+        sites = SiteData.clip([rows[j][0] for j in asked], [rows[j][1][0] for j in asked],
+                              [rows[j][1][1] for j in asked], scenario.model.clip_c1)
+        plan = site_plan(scenario, sites.features[0].shape[1])
+        named = [SiteRequest(rows[j][0], requests[j].round, requests[j].public) for j in asked]
+        for k, (j, outcome) in enumerate(zip(asked, answer(named, sites, plan, site.noise_for))):
+            if isinstance(outcome, Exception):
+                refused[j] = outcome
+                continue
+            if not private:  # a count of the data: only when nothing is private
+                outcome = replace(outcome, metrics={**outcome.metrics, "clipped-rows": sites.clipped_rows[k]})
+            released.append(outcome)
+    code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
+    if len(requests) == 1 and refused:  # a one-client message: its refusal is the reply (nothing released)
+        return Message(Error(code=code, reason=" ".join(str(refused[0]).split())), reply_to=msg)
+    errors = [(rows[j][0] if j in rows else (-1 if requests[j].client is None else requests[j].client), code,
+               str(refused[j])) for j in sorted(refused)]
+    return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)

@@ -1,88 +1,83 @@
-"""Peer-to-peer client worker: one round of one graph node (docs/algorithms.md, sections 3 and 4).
+"""Peer-to-peer client worker: a thin driver of the family's site function on a Flower node
+(:func:`fdp_flower.algorithms.p2p.site.answer`; docs/p2p.md).
 
-The relay sends node i one message per round with its own state (last release,
-dual, link statistics) and its neighbours' releases only; the worker runs
-:func:`fdp_flower.algorithms.p2p.node.node_round` -- the very function of the in-process
-engine -- and replies with the new state.  Noise is calibrated and added here,
-from public quantities (m_i, |N_i|, the round, the scenario), with the generator of
-:meth:`fdp_flower.clients.site.SiteSession.noise_for` (the data are public here, so that is
-``release_rng(seed, node, round)``; a node-local source would switch on the site's policy).
+It unpacks a relay message into the protocol's requests (the point each graph node it hosts is asked at; for
+PR-ADMM's exact solve also the node's dual and neighbour sum), finds the nodes' rows, calls the site function
+with the site's noise (:meth:`fdp_flower.clients.site.SiteSession.noise_for`: the data are simulated from the
+public seed or named by the scenario, so that is ``release_rng(seed, node, round)``; a node-local source would
+switch on the site's policy) and packs the releases -- each node's noisy data term and nothing else (no solver
+iterations, no link counts).  The relay does every step that uses the neighbours' releases.
 
-``scenario`` is duck-typed: anything with ``seed``, ``topology``, ``data``,
-``algorithm`` and ``privacy`` as in :class:`fdp_flower.algorithms.p2p.config.P2PScenario`.
-The peer-to-peer data sources are simulated from the public seed, so any
-SuperNode can serve any graph node (the relay names it in the message); node-local
-data files are not supported in this mode yet.
+``scenario`` is anything with ``seed``, ``federation``, ``topology``, ``data``, ``model``, ``algorithm`` and
+``privacy`` as in :class:`fdp_flower.algorithms.p2p.config.P2PScenario`.  The peer-to-peer data sources are
+simulated from the public seed (or read from files the scenario names), so any SuperNode can serve any graph
+node (the relay names it when nodes host several); node-local data files are not supported in this mode yet.
 """
 from __future__ import annotations
 
 import json
-import warnings
 from functools import lru_cache
 
-import numpy as np
-
-from fdp_flower.algorithms.p2p.config import P2PScenario, build_algorithm, build_graph, build_problem
-from fdp_flower.algorithms.p2p.node import NodeState, node_round
+from fdp_flower.algorithms.p2p.config import P2PScenario
+from fdp_flower.algorithms.p2p.plan import scenario_setup
+from fdp_flower.algorithms.p2p.site import NodeData, SitePlan, answer, site_plan
+from fdp_flower.algorithms.protocol import SiteRequest
+from fdp_flower.clients.common import node_partition
 from fdp_flower.clients.site import SiteSession
-from fdp_flower.wire import pack_arrays, unpack_arrays
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import Context, Message, MetricRecord, RecordDict
-
-STATE_KEYS = ("round", "released", "dual", "link_stat")
+from fdp_flower.wire import pack_releases, unpack_requests
+from fdp_flower.wire.flwr import Context, Error, ErrorCode, Message, RecordDict
 
 
 @lru_cache(maxsize=4)
 def _setup(scenario_json: str):
-    """(graph, problem without reference, algorithm) of a scenario; cached per scenario text because every
-    piece is a pure function of the public scenario (no run state lives here)."""
+    """(graph, problem without reference, algorithm, site plan) of a scenario; cached per scenario text because
+    every piece is a pure function of the public scenario (no run state lives here)."""
     scenario = P2PScenario.model_validate(json.loads(scenario_json))
-    graph = build_graph(scenario.topology, scenario.seed)
-    problem = build_problem(scenario.data, graph.num_nodes, scenario.seed, with_reference=False)
-    return graph, problem, build_algorithm(scenario.algorithm, scenario.privacy, problem)
+    graph, problem, algorithm = scenario_setup(scenario, with_reference=False)
+    return graph, problem, algorithm, site_plan(algorithm, problem.objective, graph, problem.dim)
 
 
 def p2p_setup(scenario):
-    """Graph, node data and resolved algorithm of ``scenario`` (shared by client and relay)."""
-    data = {k: getattr(scenario, k).model_dump(mode="json") for k in ("topology", "data", "algorithm", "privacy")}
+    """Graph, node data, resolved algorithm and site plan of ``scenario`` (what a node computes from the public
+    scenario)."""
+    keys = ("federation", "topology", "data", "model", "algorithm", "privacy")
+    data = {k: getattr(scenario, k).model_dump(mode="json") for k in keys}
     data["seed"] = scenario.seed
     return _setup(json.dumps(data, sort_keys=True))
 
 
-def p2p_node_update(scenario, node: int, *, state: NodeState, neighbour_ids, neighbour_released, noise=None):
-    """Check that only the node's neighbours' releases arrived, then run its round (``noise``: see
-    :func:`fdp_flower.algorithms.p2p.node.node_round`)."""
-    graph, problem, algorithm = p2p_setup(scenario)
-    if not 0 <= node < graph.num_nodes:
-        raise ValueError(f"node {node} outside 0..{graph.num_nodes - 1}")
-    expected = graph.neighbours[node]
-    if tuple(int(j) for j in neighbour_ids) != expected:
-        raise ValueError(f"node {node} received vectors of {list(neighbour_ids)}, its neighbours are {list(expected)}")
-    for name, arr in (("released", state.released), ("dual", state.dual), ("neighbour_released", neighbour_released)):
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} contains NaN or infinite values")
-    return node_round(algorithm=algorithm, objective=problem.objective, node=node, seed=scenario.seed, state=state,
-                      neighbour_released=neighbour_released, neighbour_degrees=graph.degrees[list(expected)],
-                      features=problem.features[node], response=problem.responses[node], noise=noise), \
-        len(problem.responses[node])
-
-
 def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
-    """Unpack a relay message, run the node's round, pack the reply (new state + public bookkeeping)."""
-    config = msg.content["config"]
-    node = int(config["partition-id"])  # the graph node this message is for (named by the relay)
-    arrays = unpack_arrays(msg.content["arrays"])
-    state = NodeState.from_arrays({k: arrays[k] for k in STATE_KEYS})
-    if state.round + 1 != int(config["round"]):
-        raise ValueError(f"node {node}: state is after round {state.round} but the relay asks for round "
-                         f"{config['round']}")
-    # simulated data (from the public seed: the server can compute them too): the run's noise source
+    """Answer a relay message: every graph node it asks for (one, or every node a Flower node hosts) releases its
+    noisy data term at the public values the relay names (:func:`fdp_flower.algorithms.p2p.site.answer`).  The
+    reply holds the released rows, one list per metric and the nodes the site refused (a public value it does not
+    accept, a solve it cannot certify, the site's policy: nothing of them is released)."""
+    requests, _config, _others = unpack_requests(msg.content)
+    _graph, problem, algorithm, plan = p2p_setup(scenario)
     site = SiteSession.open(context, scenario, node_local=False)
-    res, m = p2p_node_update(scenario, node, state=state, neighbour_ids=list(config["neighbours"]),
-                             neighbour_released=arrays["neighbour_released"], noise=site.noise_for)
-    metrics = {"partition-id": node, "num-examples": m, "sensitivity": res.sensitivity or 0.0,
-               "sigma": res.sigma or 0.0, "cut-links": res.cut_links, "solver-iterations": res.solver_iterations}
-    content = RecordDict({"arrays": pack_arrays(**res.state.to_arrays()), "metrics": MetricRecord(metrics)})
-    return Message(content=content, reply_to=msg)
+    site.admit(algorithm.noise.private, "peer-to-peer releases")
+    refused: dict[int, Exception] = {}
+    nodes: dict[int, int] = {}
+    for j, request in enumerate(requests):
+        try:
+            nodes[j] = node_partition(context, scenario, request.client, simulated=True)
+        except ValueError as exc:
+            refused[j] = exc
+    asked = [j for j in range(len(requests)) if j in nodes]
+    released = []
+    if asked:
+        data = NodeData.of_problem(problem, sorted({nodes[j] for j in asked}))
+        named = [SiteRequest(nodes[j], requests[j].round, requests[j].public) for j in asked]
+        for j, outcome in zip(asked, answer(named, data, plan, site.noise_for)):
+            if isinstance(outcome, Exception):
+                refused[j] = outcome
+            else:
+                released.append(outcome)
+    code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
+    if len(requests) == 1 and refused:  # a one-node message: its refusal is the reply (nothing released)
+        return Message(Error(code=code, reason=" ".join(str(refused[0]).split())), reply_to=msg)
+    errors = [(nodes.get(j, -1 if requests[j].client is None else requests[j].client), code, str(refused[j]))
+              for j in sorted(refused)]
+    return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)
+
+
+__all__ = ["SitePlan", "handle_p2p_train", "p2p_setup"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,13 +30,17 @@ from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import release_rng
 from fdp_flower.privacy.site_ledger import SiteLedger, SiteLedgerError
 from fdp_flower.privacy.site_policy import (
+    CLIPPED_ROWS_STREAM,
     SiteNoise,
     SitePolicy,
     SitePolicyError,
     SiteRefusal,
     SiteRelease,
     SiteTotals,
+    check_node_config_keys,
     check_private,
+    clipped_rows_event,
+    clipped_rows_release,
 )
 
 with warnings.catch_warnings():
@@ -49,12 +54,43 @@ SITE_ERRORS = (SiteRefusal, SitePolicyError, SiteLedgerError)
 SITE_RECORD = "site"
 
 
-def names_own_data(context: Context, source) -> bool:
-    """Whether the site's policy applies: the data source is node-local (``node_files``) **and** the
-    node config names the node's own file (``data-path``), as in a deployment.  Files named by the
-    scenario's ``data.paths`` (a simulation on one machine, whose author can read them) follow the
-    run's noise source like simulated data."""
-    return bool(source.node_local) and context.node_config.get("data-path") not in (None, "")
+def names_own_data(context: Context, source=None) -> bool:
+    """Whether the site's policy applies: the node config names the node's own file (``data-path``), as
+    in a deployment -- whatever data kind the run's scenario names (a site's file is read only as data
+    kind ``node_files``; any other kind is refused by its source, nothing released).  A node without a
+    ``data-path`` (a simulation on one machine, data the server can compute or read) follows the run's
+    noise source."""
+    return context.node_config.get("data-path") not in (None, "")
+
+
+#: The longest reason an error reply carries (a site's error never ships a file's content).
+MAX_REASON = 300
+
+
+def public_reason(exc: BaseException, context: Context | None = None) -> str:
+    """The one line an error reply may carry about ``exc``: its message with the node's local paths --
+    its data file and that file's directory, its ledger and FLWR_HOME directories, the user's home --
+    replaced by placeholders, cut to :data:`MAX_REASON` characters.  The site keeps the whole message in
+    its own log."""
+    import os
+    from pathlib import Path
+
+    from fdp_flower.privacy.site_policy import flower_home
+
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    config = {} if context is None else context.node_config
+    places = []
+    for key, label in (("data-path", "<data-path>"), ("ledger-dir", "<ledger-dir>"),
+                       ("noise-secret-file", "<noise-secret-file>")):
+        value = str(config.get(key) or "")
+        if value:
+            places += [(value, label), (str(Path(value).resolve()), label),
+                       (str(Path(value).resolve().parent), f"<{key} directory>")]
+    places += [(str(flower_home()), "<FLWR_HOME>"), (os.path.expanduser("~"), "<home>")]
+    for value, label in sorted(places, key=lambda p: -len(p[0])):
+        if len(value) > 1:
+            text = text.replace(value, label)
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."
 
 
 def scenario_digest(scenario) -> str:
@@ -84,31 +120,62 @@ class SiteSession:
 
         ``node_local``: whether the release is computed from the node's own data
         (:attr:`fdp_flower.functional.sources.NodeFilesSource.node_local`); only then is the node
-        config's policy read (one-line :class:`SitePolicyError` for a bad key).
+        config's policy read.  A key the site does not know is refused in every case (one-line
+        :class:`SitePolicyError` naming the nearest known key), so that a misspelled ``data-path``
+        or policy key never runs the node outside its policy.
         """
+        check_node_config_keys(context.node_config)  # also off node-local data: a misspelled data-path
         requested = str(getattr(scenario.privacy, "noise_source", "seeded"))
         if not node_local:  # no site ledger, so no run key is needed
             return cls(False, 0, int(scenario.seed), requested)
         policy = SitePolicy.from_node_config(context.node_config)
         return cls(True, int(context.run_id), int(scenario.seed), requested, scenario_digest(scenario), policy,
-                   SiteNoise.of(policy), SiteLedger(policy.ledger_path()))
+                   SiteNoise.of(policy), SiteLedger(policy.ledger_path(), policy.ledger_head_path()))
 
     def admit(self, private: bool, what: str) -> None:
         """Refuse ``what`` if it would be released without noise and the site does not allow that."""
         if self.node_local:
             check_private(private, self.policy, what)
 
-    def noise_for(self, release: GaussianRelease) -> np.random.Generator:
-        """The generator of ``release``'s noise; on node-local data the release is first checked
-        against the site's policy and ledger and recorded there, fsynced (a refusal raises and
-        records nothing).  Call it after the noise-free value is computed, right before the noise."""
+    def noise_for(self, releases: GaussianRelease | Sequence[GaussianRelease]) -> np.random.Generator:
+        """The generator of one draw's noise (:data:`fdp_flower.algorithms.protocol.NoiseSource`): ``releases``
+        are the ledger events the draw serves (one in a real federation).  On node-local data each
+        release is first checked against the site's policy and ledger and recorded there, fsynced (a
+        refusal raises and records nothing).  Call it after the noise-free value is computed, right
+        before the noise is drawn."""
+        releases = [releases] if isinstance(releases, GaussianRelease) else list(releases)
+        first = releases[0]
         if not self.node_local:
-            return release_rng(self.run_seed, release.client, release.round, self.requested_source)
+            return release_rng(self.run_seed, first.client, first.round, self.requested_source)
+        if len(releases) != 1:
+            raise SiteRefusal("a site's draw serves exactly one release")
         source = self.noise.source(self.requested_source, node_local=True)
         rng = self.noise.release_rng(source, node_local=True, run_seed=self.run_seed, run_id=self.run_id,
-                                     client=release.client, round_=release.round)
-        self.totals = self.ledger.charge(SiteRelease(self.run_id, release, source, self.scenario), self.policy)
+                                     client=first.client, round_=first.round)
+        self.totals = self.ledger.charge(SiteRelease(self.run_id, first, source, self.scenario), self.policy)
         return rng
+
+    def clipped_rows(self, count: int, *, client: int, round_: int, requested: bool) -> float | int | None:
+        """What a reply may say about the count of ``client``'s clipped rows in ``round_`` (None: nothing).
+
+        Node-local data -- the site decides, whatever the run config asks (``requested``): nothing unless
+        its node config sets ``clipped-rows-sigma``; then the count plus Gaussian noise of that sigma
+        (:func:`~fdp_flower.privacy.site_policy.clipped_rows_release`, sensitivity 1), checked against
+        the site's policy and charged to its ledger, fsynced, before the noise is drawn (a refusal
+        raises and releases nothing), from its own noise stream (not the primal's draws).  Other data
+        (simulated, public: the server can count them itself): the exact count if ``requested``.
+        """
+        if not self.node_local:
+            return int(count) if requested else None
+        sigma = self.policy.clipped_rows_sigma
+        if sigma is None:
+            return None
+        source = self.noise.source(self.requested_source, node_local=True)
+        rng = self.noise.release_rng(source, node_local=True, run_seed=self.run_seed, run_id=self.run_id,
+                                     client=client, round_=round_, stream=CLIPPED_ROWS_STREAM)
+        self.totals = self.ledger.charge(SiteRelease(self.run_id, clipped_rows_event(client, round_, sigma), source,
+                                                     self.scenario), self.policy)
+        return clipped_rows_release(count, sigma, rng)
 
     def records(self) -> dict[str, ConfigRecord]:
         """``{"site": ConfigRecord}`` with the site's totals (lifetime and this run, PLD eps at its
@@ -121,10 +188,12 @@ class SiteSession:
                                                                              node_local=True)})}
 
 
-def refusal_reply(msg: Message, exc: Exception) -> Message:
-    """The error reply of a site refusal (code CLIENT_APP_RAISED_EXCEPTION: nothing was released)."""
-    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=" ".join(str(exc).split())),
+def refusal_reply(msg: Message, exc: Exception, context: Context | None = None) -> Message:
+    """The error reply of a refusal or a failure before anything was released (code
+    CLIENT_APP_RAISED_EXCEPTION), its reason stripped of the node's local paths (:func:`public_reason`)."""
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=public_reason(exc, context)),
                    reply_to=msg)
 
 
-__all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "names_own_data", "refusal_reply", "scenario_digest"]
+__all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "names_own_data", "public_reason", "refusal_reply",
+           "scenario_digest"]

@@ -46,20 +46,67 @@ class ScenarioError(ValueError):
 
 
 def _format_error(source: str, exc: ValidationError) -> str:
+    tags = union_tags()
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        if err["type"] == RENAMED_ERROR:  # names its own fields (:func:`refuse_renamed`)
+            parts.append(err["msg"])
+            continue
+        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p in tags))
         parts.append(f"{loc or '<root>'}: {err['msg']}")
     return f"{source}: " + "; ".join(parts)
 
 
-_UNION_TAGS = {"paper_simulation", "node_files", "client_arrays", "pooled", "fixed", "federated_dp", "provided", "theorem2",
-               "constant", "inv_sqrt", "inv", "fdp_admm",
-               "geometric", "periodic", "iteration"}
+#: The pydantic error type of a renamed field (:func:`refuse_renamed`).
+RENAMED_ERROR = "renamed"
+
+
+def refuse_renamed(data: Any, renamed: dict[str, str]) -> None:
+    """Refuse a scenario mapping that still uses an old field name: ``renamed`` maps each old dotted
+    field to its new one, and the first old field ``data`` holds (:func:`renamed_field`) raises one error
+    line ``<old>: renamed to <new>`` (for a ``mode="before"`` model validator of a scenario schema, so a
+    run-config override or a nested validation is refused the same way as the file)."""
+    from pydantic_core import PydanticCustomError
+
+    moved = renamed_field(data, renamed)
+    if moved is not None:
+        raise PydanticCustomError(RENAMED_ERROR, "{old}: renamed to {new}", {"old": moved[0], "new": moved[1]})
+
+
+def union_tags() -> set[str]:
+    """The tags of every tagged union of the scenario schemas: the ``kind`` default of each model of the
+    package (pydantic puts the tag of the member a value was checked against into an error's location;
+    :func:`_format_error` leaves it out).  Read from the models, so a new variant needs no list here."""
+    tags, stack = set(), list(BaseModel.__subclasses__())
+    while stack:
+        model = stack.pop()
+        stack += model.__subclasses__()
+        kind = getattr(model, "model_fields", {}).get("kind")
+        if model.__module__.startswith("fdp_flower") and kind is not None and isinstance(kind.default, str):
+            tags.add(kind.default)
+    return tags
+
+
+def renamed_field(data: Any, renames: dict[str, str]) -> tuple[str, str] | None:
+    """The first ``(old, new)`` of ``renames`` (dotted field of an earlier schema -> its new place) whose old
+    field ``data`` (a scenario mapping) still sets, or None."""
+    for old, new in renames.items():
+        node = data
+        for key in old.split("."):
+            node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
+            if node is _MISSING:
+                break
+        else:
+            return old, new
+    return None
+
+
+_MISSING = object()
 
 
 def validate_mapping(model: type[BaseModel], data: Any, source: str):
-    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields."""
+    """``model.model_validate(data)``; any problem is one :class:`ScenarioError` line naming the fields
+    (a renamed field, refused by the schema's :func:`refuse_renamed`, as ``<old>: renamed to <new>``)."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario must be a mapping, got {type(data).__name__}")
     try:
@@ -192,33 +239,25 @@ def run_config_scenario_path(run_config: dict[str, Any], app_dir: Path = APP_DIR
     return app_dir / path
 
 
-#: ``[tool.flwr.app.config]`` keys that set one scenario field (``flwr run --run-config "eps=0.8"``),
-#: per algorithm family: key -> (type, {family: dotted scenario field}).  A key whose value is
-#: :data:`RUN_CONFIG_UNSET` (the pyproject default) leaves the scenario's value.
-RUN_CONFIG_FIELDS: dict[str, tuple[type, dict[str, str]]] = {
-    "num-server-rounds": (int, {"fdp_admm": "algorithm.rounds", "gradient_admm": "algorithm.rounds",
-                                "p2p": "algorithm.steps"}),
-    "eps": (float, {"fdp_admm": "privacy.eps", "gradient_admm": "privacy.eps", "p2p": "privacy.eps"}),
-    "delta": (float, {"fdp_admm": "privacy.delta", "gradient_admm": "privacy.delta", "p2p": "privacy.delta"}),
-    "tau": (float, {"fdp_admm": "model.loss.tau"}),
-    "lam": (float, {"fdp_admm": "model.penalty.lam", "gradient_admm": "model.lam", "p2p": "data.lam"}),
-    "seed": (int, {"fdp_admm": "seed", "gradient_admm": "seed", "p2p": "seed"}),
-    "num-clients": (int, {"fdp_admm": "federation.num_clients", "gradient_admm": "federation.num_clients",
-                          "p2p": "topology.num_nodes"}),
-}
+#: The typed ``[tool.flwr.app.config]`` keys (``flwr run --run-config "eps=0.8"``) and their types; each
+#: family maps them to its scenario fields (:attr:`fdp_flower.algorithms.registry.Family.run_config`).  A
+#: key whose value is :data:`RUN_CONFIG_UNSET` (the pyproject default) leaves the scenario's value.
+RUN_CONFIG_TYPES: dict[str, type] = {"num-server-rounds": int, "eps": float, "delta": float, "tau": float,
+                                     "lam": float, "seed": int, "num-clients": int}
 #: The value of a typed key that means "the scenario's value" (every mapped field is >= 0).
 RUN_CONFIG_UNSET = -1
 
 
-def run_config_field_overrides(run_config: dict[str, Any], family: str) -> dict[str, Any]:
-    """The scenario fields set by the typed keys of a Flower run config (:data:`RUN_CONFIG_FIELDS`):
-    ``{"privacy.eps": 0.8, ...}``, only for keys whose value is not :data:`RUN_CONFIG_UNSET`.
+def run_config_field_overrides(run_config: dict[str, Any], family: str, fields: dict[str, str]) -> dict[str, Any]:
+    """The scenario fields set by the typed keys of a Flower run config: ``{"privacy.eps": 0.8, ...}``,
+    only for keys whose value is not :data:`RUN_CONFIG_UNSET`; ``fields`` maps each key to its dotted
+    field in ``family``'s scenarios.
 
     A value of the wrong type, or a key that has no field in ``family``, is a one-line
     :class:`ScenarioError`.  Range checks are the scenario schema's.
     """
-    fields: dict[str, Any] = {}
-    for key, (kind, paths) in RUN_CONFIG_FIELDS.items():
+    out: dict[str, Any] = {}
+    for key, kind in RUN_CONFIG_TYPES.items():
         value = run_config.get(key, RUN_CONFIG_UNSET)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ScenarioError(f"run config: {key} = {value!r} must be a number ({RUN_CONFIG_UNSET}: the "
@@ -227,18 +266,19 @@ def run_config_field_overrides(run_config: dict[str, Any], family: str) -> dict[
             continue
         if kind is int and value != int(value):
             raise ScenarioError(f"run config: {key} = {value!r} must be an integer")
-        if family not in paths:
+        if key not in fields:
             raise ScenarioError(f"run config: {key} has no meaning for {family} scenarios; leave it at "
                                 f"{RUN_CONFIG_UNSET} (set the scenario field with `overrides`)")
-        fields[paths[family]] = kind(value)
-    return fields
+        out[fields[key]] = kind(value)
+    return out
 
 
-def run_config_overrides(run_config: dict[str, Any], family: str) -> dict[str, Any]:
+def run_config_overrides(run_config: dict[str, Any], family: str, fields: dict[str, str]) -> dict[str, Any]:
     """Every scenario override of a Flower run config: the free-form ``overrides`` string, then the
-    typed keys; a field set by both is a :class:`ScenarioError` (two values, no silent winner)."""
+    typed keys (``fields``: :func:`run_config_field_overrides`); a field set by both is a
+    :class:`ScenarioError` (two values, no silent winner)."""
     free = dict(_split_override(o) for o in parse_override_string(str(run_config.get("overrides", "") or "")))
-    typed = run_config_field_overrides(run_config, family)
+    typed = run_config_field_overrides(run_config, family, fields)
     both = sorted(set(free) & set(typed))
     if both:
         raise ScenarioError(f"run config: {', '.join(both)} set both by a typed key and in `overrides`; "

@@ -82,7 +82,18 @@ class ClientArrays(_Frozen):
         return self
 
 
-DataSource = tagged_union(PaperSimulation, NodeFiles, ClientArrays, default="paper_simulation")
+class InMemoryCurves(_Frozen):
+    """Curves a caller holds in memory (:func:`fdp_flower.fit`), passed to the in-process engine as arrays:
+    nothing is written to disk.  The scenario names only their SHA-256 digest; the arrays exist in the
+    process that fit them, so such a scenario runs in process only (Flower runs read node files)."""
+
+    kind: Literal["in_memory"] = Field("in_memory", description="variant tag")
+    digest: str = Field(min_length=1, max_length=100, description="SHA-256 of the clients' grids, curves and responses")
+    response_offset: float = Field(
+        0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client")
+
+
+DataSource = tagged_union(PaperSimulation, NodeFiles, ClientArrays, InMemoryCurves, default="paper_simulation")
 
 
 # ---------------------------------------------------------------- bases

@@ -206,7 +206,7 @@ def _normalise_rows(x: np.ndarray, scale: float, c1: float) -> tuple[np.ndarray,
 
 
 def adult_a9a(path: str | None = None, *, c1: float = 1.0, normalise: bool = True,
-              intercept: bool = False) -> TabularSplit:
+              intercept: bool = False, complete_rows: bool = False) -> TabularSplit:
     """UCI Adult encoded like LIBSVM a9a (123 binary features), labels in {-1, +1}.
 
     Parameters
@@ -221,11 +221,15 @@ def adult_a9a(path: str | None = None, *, c1: float = 1.0, normalise: bool = Tru
         (default: True).  Without it rows are clipped to c1 directly.
     intercept : bool
         Append a constant-1 column (default: False, as in a9a).
+    complete_rows : bool
+        Keep only the rows without a missing value ``"?"`` (Ding et al. 2019) (default: False: a missing
+        value encodes as an all-zero group, as in a9a).
 
     Returns
     -------
     TabularSplit
-        ``x_train`` (32561, 123), ``x_test`` (16281, 123); label +1 is income > 50K.
+        ``x_train`` (32561, 123), ``x_test`` (16281, 123) (30162 and 15060 rows with ``complete_rows``);
+        label +1 is income > 50K.
     """
     if not (np.isfinite(c1) and c1 > 0):
         raise ValueError(f"c1 must be a positive finite number, got {c1}")
@@ -233,6 +237,8 @@ def adult_a9a(path: str | None = None, *, c1: float = 1.0, normalise: bool = Tru
     names = adult_feature_names() + (["intercept"] if intercept else [])
     out = []
     for frame in (train, test):
+        if complete_rows:
+            frame = frame[~(frame.astype(str) == "?").any(axis=1)]
         x = encode_adult(frame)
         if intercept:
             x = np.hstack([x, np.ones((len(x), 1))])

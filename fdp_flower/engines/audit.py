@@ -3,8 +3,8 @@
 
 The audited party is one client (node) of a scenario.  Its neighbouring datasets D, D' are run
 through the real client code of its family -- :func:`fdp_flower.algorithms.fdp_admm.update.client_primal_step`,
-:func:`fdp_flower.algorithms.gradient_admm.update.client_release`,
-:func:`fdp_flower.algorithms.p2p.node.node_round`,
+:func:`fdp_flower.algorithms.gradient_admm.site.answer`,
+:func:`fdp_flower.algorithms.p2p.site.answer`,
 :func:`fdp_flower.functional.federated_fpca.client_summary` -- on the *same* transcript: every step,
 both noise-free releases are computed from the public state of the run so far, one of them is
 released with the calibrated noise (the real noise function), the other parties release theirs
@@ -178,37 +178,36 @@ class _Protocol:
 
 
 class FDPADMMProtocol(_Protocol):
-    """FDP-ADMM: client ``party`` of the server-coordinated federation (release: the primal wt_i)."""
+    """FDP-ADMM: client ``party`` of the server-coordinated federation (release: its noisy descent term
+    at the point the server names, :mod:`fdp_flower.algorithms.fdp_admm.site`; the public state advances
+    by the protocol's server step, :func:`fdp_flower.algorithms.fdp_admm.protocol.server_round`)."""
 
-    mechanism = "fdp_admm_primal"
+    mechanism = "fdp_admm_subgradient"
 
     def __init__(self, scenario, party: int = 0):
-        from fdp_flower.algorithms.fdp_admm.plan import NoisePlan, build_objective, model_dim, noise_scales
+        from fdp_flower.algorithms.fdp_admm.plan import build_objective, model_dim, noise_plan, site_plan
         from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
-        from fdp_flower.engines.inprocess import stack_clients
+        from fdp_flower.algorithms.fdp_admm.site import SiteData
 
         if not scenario.privacy.enabled:
             raise ValueError("the audit needs privacy.enabled: true (nothing is calibrated otherwise)")
-        sizes, basis, feats, resp, _clipped, _ev = simulation_setup(scenario, with_reference=False)
+        sizes, basis, feats, resp, clipped, _ev = simulation_setup(scenario, with_reference=False)
         self.scenario, self.c = scenario, party
         self.sizes = np.asarray(sizes, dtype=float)
         self.feats, self.resp = feats, resp
         self.objective = build_objective(scenario)
         self.dim = model_dim(scenario, basis)
-        self.plan = NoisePlan(scenario, self.dim)
-        self.scales = noise_scales(scenario, basis)
+        self.steps_plan = noise_plan(scenario, basis)
+        self.site_plan = site_plan(scenario, basis)
+        self.scales = self.site_plan.scales
         self.rho = scenario.algorithm.rho
-        self.stacked = stack_clients(feats, resp)
+        others = [i for i in range(len(sizes)) if i != party]
+        self.others = SiteData.stack(others, [feats[i] for i in others], [resp[i] for i in others],
+                                     [clipped[i] for i in others])
         self.steps = scenario.algorithm.rounds
         self.delta = scenario.privacy.delta
         self.name = f"FDP-ADMM ({scenario.model.clip_shape} clip)"
         self.free_rows = not scenario.model.intercept
-        self._cache: dict[int, tuple] = {}
-
-    def _plan(self, step):
-        if step not in self._cache:
-            self._cache[step] = self.plan.release(step, self.sizes)
-        return self._cache[step]
 
     def party(self):
         return PartyData(self.feats[self.c], self.resp[self.c])
@@ -223,29 +222,25 @@ class FDPADMMProtocol(_Protocol):
         return initial_state(self.scenario, self.dim)
 
     def release(self, public, hidden, data, step):
-        from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+        from fdp_flower.algorithms.fdp_admm.site import SiteData, mean_loss_terms
 
-        eta = self._plan(step)[0]
-        q = client_primal_step(objective=self.objective, noisy_primal=public.noisy_primals[self.c],
-                               global_w=public.global_w, dual=public.duals[self.c], features=data.features,
-                               response=data.response, eta=eta[self.c], rho=self.rho)
-        return q, None
+        site = SiteData.stack([self.c], [data.features], [data.response])
+        return -mean_loss_terms(self.site_plan.loss, site, public.noisy_primals[self.c][None, :])[0], None
 
     def calibration(self, step):
-        _eta, sens, sigma = self._plan(step)
-        return float(sens[self.c]), float(sigma[self.c])
+        sens, sigma = self.site_plan.calibration(step, self.sizes[self.c])
+        return float(sens), float(sigma)
 
     def advance(self, public, released, hidden, step, rng):
-        from fdp_flower.algorithms.fdp_admm.update import client_primal_step
+        from fdp_flower.algorithms.fdp_admm.protocol import server_round
+        from fdp_flower.algorithms.fdp_admm.site import noisy_descent_terms
 
-        eta, _sens, sigma = self._plan(step)
-        f, y, mask = self.stacked
-        primals = client_primal_step(objective=self.objective, noisy_primal=public.noisy_primals,
-                                     global_w=public.global_w[None, :], dual=public.duals, features=f, response=y,
-                                     eta=eta[:, None], rho=self.rho, mask=mask)
-        noisy = np.stack([released if i == self.c else add_gaussian_noise(primals[i], sigma[i], rng, self.scales)
-                          for i in range(len(self.sizes))])
-        return public.advance(noisy, self.rho)
+        points = public.noisy_primals[list(self.others.clients)]
+        terms = noisy_descent_terms(self.others, points, round_=step, plans=[self.site_plan], noise=lambda _e: rng)
+        descent = np.insert(terms, self.c, released, axis=0)
+        eta = self.steps_plan.step_size(step, self.sizes)
+        state, _control = server_round(self.scenario, self.objective, public, descent, eta=eta[:, None], rho=self.rho)
+        return state
 
     def adversarial_states(self, row):
         from dataclasses import replace
@@ -332,14 +327,16 @@ class FederatedFPCAProtocol(_Protocol):
 
 
 class GradientADMMProtocol(_Protocol):
-    """DP-ADMM / DP-AccADMM: client ``party``'s noisy mean gradient."""
+    """DP-ADMM / DP-AccADMM: client ``party``'s noisy mean gradient at the point the server names
+    (:mod:`fdp_flower.algorithms.gradient_admm.site`); the public state advances by the protocol's server
+    step (:func:`fdp_flower.algorithms.gradient_admm.protocol.server_round`)."""
 
     mechanism = "gaussian_gradient"
     logistic = False
 
     def __init__(self, scenario, party: int = 0):
+        from fdp_flower.algorithms.gradient_admm.plan import build_problem, resolve_gamma, scenario_privacy
         from fdp_flower.core.losses import LogisticLoss
-        from fdp_flower.engines.gradient_admm import build_problem, noise_plan, resolve_gamma, scenario_privacy
 
         privacy = scenario_privacy(scenario)
         if privacy is None:
@@ -347,8 +344,12 @@ class GradientADMMProtocol(_Protocol):
         self.problem = build_problem(scenario)
         alg = scenario.algorithm
         self.alg, self.c = alg, party
-        self.gamma = resolve_gamma(self.problem, eta=alg.eta, rho=alg.rho, gamma=alg.gamma)
-        self.sens, self.sig = noise_plan(self.problem, alg.rounds, privacy)
+        self.gamma = resolve_gamma(self.problem.matrix, eta=alg.eta, rho=alg.rho, gamma=alg.gamma)
+        self.site_plan = self.problem.site_plan(alg.rounds, privacy)
+        others = [i for i in range(self.problem.num_clients) if i != party]
+        sites = self.problem.site_data()
+        self.others = type(sites)(tuple(others), tuple(sites.features[i] for i in others),
+                                  tuple(sites.responses[i] for i in others))
         self.relation = privacy.neighbouring
         self.delta = privacy.delta
         self.steps = alg.rounds
@@ -373,14 +374,13 @@ class GradientADMMProtocol(_Protocol):
         return GradientADMMState.initial(self.problem.dim, self.problem.matrix.shape[0])
 
     def release(self, public, hidden, data, step):
-        from fdp_flower.algorithms.gradient_admm.update import client_release
+        from fdp_flower.algorithms.gradient_admm.site import data_term
 
-        q = client_release(loss=self.problem.loss, x_hat=public.x_hat, features=data.features,
-                           response=data.response, sigma=None, seed=0, client=self.c, round_=step)
-        return q, None
+        return data_term(self.problem.loss, public.x_hat, data.features, data.response), None
 
     def calibration(self, step):
-        return float(self.sens[self.c]), float(self.sig[self.c])
+        sens, sigma = self.site_plan.calibration(step, self.problem.counts[self.c])
+        return float(sens), float(sigma)
 
     def adversarial_states(self, row):
         from dataclasses import replace
@@ -389,31 +389,36 @@ class GradientADMMProtocol(_Protocol):
         return [replace(start, x_hat=x) for x in self.probe_points(row)]
 
     def advance(self, public, released, hidden, step, rng):
-        from fdp_flower.algorithms.gradient_admm.update import aggregate_gradients, client_release, server_step
+        from fdp_flower.algorithms.gradient_admm.protocol import server_round
+        from fdp_flower.algorithms.gradient_admm.site import POINT, answer
+        from fdp_flower.algorithms.protocol import SiteRequest
 
         p = self.problem
-        grads = np.stack([released if i == self.c else client_release(
-            loss=p.loss, x_hat=public.x_hat, features=p.client_features[i], response=p.client_responses[i],
-            sigma=float(self.sig[i]), seed=0, client=i, round_=step, rng=lambda: rng)
-            for i in range(p.num_clients)])
-        grad = aggregate_gradients(grads, p.counts)
-        return server_step(public, grad, p.matrix, lam=p.lam, rho=self.alg.rho, eta=self.alg.eta, gamma=self.gamma,
-                           accelerated=self.accelerated, restart=getattr(self.alg, "restart", False))
-
-
-_DISCARDED = np.random.default_rng(0)  # node_round's noise of the hypothesis that is not released
+        requests = [SiteRequest(i, step, {POINT: public.x_hat}) for i in self.others.clients]
+        answers = answer(requests, self.others, self.site_plan, lambda _events: rng)
+        refused = next((r for r in answers if isinstance(r, Exception)), None)
+        if refused is not None:
+            raise refused
+        releases = np.insert(np.stack([r.value for r in answers]), self.c, released, axis=0)
+        return server_round(public, releases, p.counts, p.matrix, lam=p.lam, rho=self.alg.rho, eta=self.alg.eta,
+                            gamma=self.gamma, accelerated=self.accelerated, restart=getattr(self.alg, "restart", False))
 
 
 class P2PProtocol(_Protocol):
-    """A peer-to-peer node (zCDP-NFL, DP-NFL, grad-NFL, PR-ADMM): its release xt_i^r.
+    """A peer-to-peer node (zCDP-NFL, DP-NFL, grad-NFL, P-ADMM, PR-ADMM): its release is its noisy data term
+    (:mod:`fdp_flower.algorithms.p2p.site`: the descent term at the point the relay names, or PR-ADMM's exact local
+    solution); the public state advances by the relay's protocol (:mod:`fdp_flower.algorithms.p2p.protocol`), the
+    other nodes releasing through the same site function.
 
-    ``variant="private_anchor"`` (zCDP-NFL only) anchors every node's linearized step at its own
-    noise-free iterate x_i^k instead of its release: NOT differentially private at the noise of
-    Lemma I (Gauthier et al. 2023); the audit exists to show it fails.
+    ``variant="private_anchor"`` (zCDP-NFL only) anchors every node's linearized step at its own noise-free iterate
+    x_i^k instead of its release -- a step only the node could run, whose release is its primal with the noise of
+    Lemma I in primal units: NOT differentially private at that noise (Gauthier et al. 2023); the audit exists to
+    show it fails.
     """
 
     def __init__(self, scenario, party: int = 0, variant: str | None = None):
-        from fdp_flower.algorithms.p2p.config import build_algorithm, build_graph, build_problem
+        from fdp_flower.algorithms.p2p.plan import scenario_setup
+        from fdp_flower.algorithms.p2p.site import NodeData, site_plan
         from fdp_flower.core.losses import LogisticLoss
 
         if not scenario.privacy.enabled:
@@ -422,13 +427,13 @@ class P2PProtocol(_Protocol):
             raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
         if variant == "private_anchor" and scenario.algorithm.kind != "zcdp_nfl":
             raise ValueError("the private_anchor variant is a zCDP-NFL variant (algorithm.kind: zcdp_nfl)")
-        self.graph = build_graph(scenario.topology, scenario.seed)
-        self.problem = build_problem(scenario.data, self.graph.num_nodes, scenario.seed, with_reference=False)
-        self.algorithm = build_algorithm(scenario.algorithm, scenario.privacy, self.problem)
+        self.graph, self.problem, self.algorithm = scenario_setup(scenario, with_reference=False)
+        self.plan = site_plan(self.algorithm, self.problem.objective, self.graph, self.problem.dim)
+        self.data = NodeData.of_problem(self.problem)
         self.variant, self.c = variant, party
-        self.nbrs = [list(x) for x in self.graph.neighbours]
         self.degrees = np.asarray(self.graph.degrees)
-        self.steps = self.algorithm.steps
+        self.mechanism = "nfl_primal" if variant else self.algorithm.mechanism
+        self.steps = self.algorithm.rounds
         self.delta = scenario.privacy.delta
         self.logistic = isinstance(self.problem.loss, LogisticLoss)
         label = {"zcdp_nfl": "zCDP-NFL", "dp_nfl": "DP-NFL", "zcdp_grad_nfl": "zCDP-grad-NFL",
@@ -447,102 +452,97 @@ class P2PProtocol(_Protocol):
                          np.concatenate([self.problem.responses[i] for i in others]))
 
     def start(self):
-        from fdp_flower.algorithms.p2p.node import NodeState
+        from fdp_flower.algorithms.p2p.protocol import P2PState
 
         n, k = self.problem.num_nodes, self.problem.dim
-        states = [NodeState.initial(k, int(self.degrees[i])) for i in range(n)]
-        return {"states": states, "released": np.zeros((n, k)), "hidden": np.zeros((n, k))}
+        return {"state": P2PState.initial(self.graph, k), "hidden": np.zeros((n, k))}
 
-    def _anchor_step(self, public, node, anchor, features, response, step):
-        from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_dual_step, nfl_primal_step
+    def _anchored_primal(self, step, anchor, features, response):
+        """The private-anchor variant's primal (primal units): the linearized step at ``anchor``."""
+        from fdp_flower.algorithms.p2p.zcdp_nfl import nfl_primal_step
 
-        a, s = self.algorithm, public["states"][node]
-        nb = public["released"][self.nbrs[node]]
-        dual = nfl_dual_step(dual=s.dual, own_released=s.released, neighbour_released=nb, rho=a.penalty)
-        x = nfl_primal_step(objective=self.problem.objective, own_released=s.released, neighbour_released=nb,
-                            dual=dual, features=features, response=response, eta=float(a.step_schedule(step)),
-                            rho=a.penalty, anchor=anchor)
-        return x, dual
-
-    def _round(self, public, node, features, response, hidden_x):
-        from fdp_flower.algorithms.p2p.node import node_round
-
-        return node_round(algorithm=self.algorithm, objective=self.problem.objective, node=node, seed=0,
-                          state=public["states"][node], neighbour_released=public["released"][self.nbrs[node]],
-                          neighbour_degrees=self.degrees[self.nbrs[node]], features=features, response=response,
-                          noise=lambda _event: _DISCARDED)
+        a = self.algorithm
+        return nfl_primal_step(objective=self.problem.objective, own_released=step.own,
+                               neighbour_released=step.neighbours, dual=step.dual, features=features,
+                               response=response, eta=float(a.step_schedule(step.round)), rho=a.penalty, anchor=anchor)
 
     def release(self, public, hidden, data, step):
+        from fdp_flower.algorithms.p2p.protocol import plan_node
+        from fdp_flower.algorithms.p2p.site import check_node_public, descent_term, exact_solution
+
+        node_step = plan_node(self.algorithm, self.graph, public["state"], self.c)
         if self.variant == "private_anchor":
-            anchor = np.zeros(self.problem.dim) if hidden is None else hidden[0]
-            x, dual = self._anchor_step(public, self.c, anchor, data.features, data.response, step)
-            return x, (x, dual, public["states"][self.c].link_stat)
-        res = self._round(public, self.c, data.features, data.response, None)
-        return res.primal, (res.primal, res.state.dual, res.state.link_stat)
+            anchor = np.zeros(self.problem.dim) if hidden is None else hidden
+            x = self._anchored_primal(node_step, anchor, data.features, data.response)
+            return x, x
+        request = {k: check_node_public(k, v, self.problem.dim)
+                   for k, v in node_step.request(self.algorithm).items()}
+        if self.algorithm.exact:
+            return exact_solution(self.plan, self.c, request, data.features, data.response)[0], None
+        return descent_term(self.plan, request["point"], data.features, data.response), None
 
     def calibration(self, step):
-        return self.algorithm.release_parameters(step, self._m, int(self.degrees[self.c]))
+        if self.variant == "private_anchor":  # Lemma I in primal units: the descent term's times c_k
+            return self.algorithm.primal_release_parameters(step, self._m, int(self.degrees[self.c]))
+        return self.plan.calibration(step, self.c, self._m)
 
     def adversarial_states(self, row):
-        from fdp_flower.algorithms.p2p.node import NodeState
+        from dataclasses import replace
 
         out = []
         for x in self.probe_points(row):
             public = self.start()
-            s = public["states"][self.c]
-            public["states"][self.c] = NodeState(0, x, s.dual, s.link_stat)
-            public["released"][self.c] = x
+            released = public["state"].released.copy()
+            released[self.c] = x
+            public["state"] = replace(public["state"], released=released)
             out.append(public)
         return out
 
     def advance(self, public, released, hidden, step, rng):
-        from fdp_flower.algorithms.p2p.node import NodeState
+        from fdp_flower.algorithms.p2p.protocol import advance, node_primal, plan_node
+        from fdp_flower.algorithms.p2p.site import answer
+        from fdp_flower.algorithms.protocol import SiteRequest
 
-        n = self.problem.num_nodes
-        states, rel, hid = list(public["states"]), public["released"].copy(), public["hidden"].copy()
-        for i in range(n):
+        a, state = self.algorithm, public["state"]
+        steps = {i: plan_node(a, self.graph, state, i) for i in range(self.problem.num_nodes)}
+        hid = public["hidden"].copy()
+        primals = {}
+        for i, node_step in steps.items():
             if i == self.c:
-                _x, dual, link = hidden
-                states[i] = NodeState(step, released, dual, link)
-                rel[i] = released
-                continue
-            f, y = self.problem.features[i], self.problem.responses[i]
-            if self.variant == "private_anchor":
-                x, dual = self._anchor_step(public, i, public["hidden"][i], f, y, step)
-                sigma = self.algorithm.release_parameters(step, len(y), int(self.degrees[i]))[1]
-                out = add_gaussian_noise(x, sigma, rng)
-                states[i] = NodeState(step, out, dual, states[i].link_stat)
-                rel[i], hid[i] = out, x
-            else:
-                from fdp_flower.algorithms.p2p.node import node_round
-
-                res = node_round(algorithm=self.algorithm, objective=self.problem.objective, node=i, seed=0,
-                                 state=public["states"][i], neighbour_released=public["released"][self.nbrs[i]],
-                                 neighbour_degrees=self.degrees[self.nbrs[i]], features=f, response=y,
-                                 noise=lambda _event: rng)
-                states[i], rel[i] = res.state, res.state.released
-        return {"states": states, "released": rel, "hidden": hid}
+                primals[i] = released if self.variant else node_primal(a, self.problem.objective, node_step, released)
+                if self.variant:
+                    hid[i] = hidden
+            elif self.variant == "private_anchor":
+                f, y = self.data.of(i)
+                x = self._anchored_primal(node_step, public["hidden"][i], f, y)
+                sigma = a.primal_release_parameters(step, len(y), int(self.degrees[i]))[1]
+                primals[i], hid[i] = add_gaussian_noise(x, sigma, rng), x
+            else:  # the other node's real site function, its noise from this transcript's generator
+                (out,) = answer([SiteRequest(i, step, node_step.request(a))], self.data, self.plan,
+                                lambda _events: rng)
+                if isinstance(out, Exception):
+                    raise out
+                primals[i] = node_primal(a, self.problem.objective, node_step, out.value)
+        return {"state": advance(state, steps, primals), "hidden": hid}
 
 
 def protocol_for(scenario, *, party: int = 0, variant: str | None = None, fpca: bool = False) -> _Protocol:
-    """The audited protocol of a scenario of any family (``fpca``: its federated DP-FPCA phase)."""
-    from fdp_flower.algorithms.registry import family_of
+    """The audited protocol of a scenario of any family (its registry record's ``audit``; ``fpca``: the
+    federated DP-FPCA phase of an FDP-ADMM scenario)."""
+    from fdp_flower.algorithms.registry import family, resolve
 
-    family = family_of(scenario.algorithm.kind)
-    parties = scenario.topology.num_nodes if family == "p2p" else scenario.federation.num_clients
+    record = family(scenario.algorithm.kind)
+    parties = record.num_clients(scenario)
     if not 0 <= party < parties:
         raise ValueError(f"party must be a client / node index in 0..{parties - 1}, got {party}")
-    if variant is not None and family != "p2p":
+    if variant is not None and record.name != "p2p":
         raise ValueError(f"variant {variant!r} applies to zcdp_nfl scenarios only")
     if fpca:
-        if family != "fdp_admm":
+        if record.name != "fdp_admm":
             raise ValueError("--fpca audits the federated DP-FPCA phase of an FDP-ADMM scenario")
         return FederatedFPCAProtocol(scenario, party)
-    if family == "fdp_admm":
-        return FDPADMMProtocol(scenario, party)
-    if family == "gradient_admm":
-        return GradientADMMProtocol(scenario, party)
-    return P2PProtocol(scenario, party, variant)
+    audited = resolve(record.audit)
+    return audited(scenario, party) if variant is None else audited(scenario, party, variant)
 
 
 # ------------------------------------------------------------------ neighbours

@@ -248,12 +248,17 @@ class LoopbackFederation(Federation):
     ``site_config``: extra node config keys of every SuperNode (a dict) or of each (a list of
     dicts), e.g. ``{"max-eps": 2.0}`` or ``{"allow-seeded-noise": True}`` (the site policy,
     :mod:`fdp_flower.privacy.site_policy`).  Each SuperNode keeps its site ledger in its own
-    ``<workdir>/site-<i>`` unless its config names a ``ledger-dir``.
+    ``<workdir>/site-<i>`` unless its config names a ``ledger-dir``.  ``app_pins``: SuperNode ``i`` ->
+    the pins of the app bundles its site approved; such a SuperNode runs with ``--isolation process``
+    next to the site's launcher ``fdp-flower site-clientapp`` (this package, not the app bundle's), which
+    runs only those bundles; the others run Flower's own ``flower-superexec`` (any bundle).
     """
 
     data_paths: list[Path] = field(default_factory=list)
     site_config: dict | list[dict] = field(default_factory=dict)
+    app_pins: dict[int, list[str]] = field(default_factory=dict)
     node_processes: dict[int, subprocess.Popen] = field(default_factory=dict)
+    launcher_processes: dict[int, subprocess.Popen] = field(default_factory=dict)
     _node_args: dict[int, list[str]] = field(default_factory=dict, repr=False)
 
     def node_config(self, i: int) -> dict[str, object]:
@@ -279,19 +284,42 @@ class LoopbackFederation(Federation):
         for i in range(len(self.data_paths)):
             config = " ".join(f"{k}={toml_value(v)}" for k, v in self.node_config(i).items())
             self._node_args[i] = [_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
-                                  "--port", str(free_port()), "--node-config", config]
+                                  "--port", str(free_port()), "--node-config", config,
+                                  *(["--isolation", "process"] if i in self.app_pins else [])]
             self.node_processes[i] = self._spawn(f"supernode-{i}", self._node_args[i])
+            self._start_launcher(i)
         self._write_connection()
         return self
 
+    def _start_launcher(self, i: int, name: str = "") -> None:
+        """SuperNode ``i``'s site launcher, if it has pins: this package's ``fdp-flower site-clientapp`` (found
+        through PYTHONPATH first, as a site runs the launcher of its own installation)."""
+        if i not in self.app_pins:
+            return
+        port = self._node_args[i][self._node_args[i].index("--port") + 1]
+        args = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "fdp_flower.cli", "site-clientapp",
+                "--runtime-api-address", f"127.0.0.1:{port}", "--insecure",
+                *[arg for pin in self.app_pins[i] for arg in ("--pin", pin)]]
+        own = str(Path(__file__).resolve().parents[2])
+        env = self.env
+        env["PYTHONPATH"] = os.pathsep.join([own, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+        log = open(self.workdir / f"{name or f'site-clientapp-{i}'}.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=self.workdir, start_new_session=True)
+        log.close()
+        self.processes.append(proc)
+        self.launcher_processes[i] = proc
+
     def kill_node(self, i: int) -> None:
-        """SIGKILL SuperNode ``i`` and its ClientApp processes (its process group) at once."""
-        proc = self.node_processes[i]
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        """SIGKILL SuperNode ``i`` and its ClientApp processes (its process group, and its site launcher's) at once."""
+        for proc in (self.node_processes[i], self.launcher_processes.get(i)):
+            if proc is None:
+                continue
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
     def restart_node(self, i: int) -> subprocess.Popen:
         """Start SuperNode ``i`` again with the same node config (its ledger dir included)."""
@@ -300,7 +328,9 @@ class LoopbackFederation(Federation):
         restarts = sum(1 for p in self.workdir.glob(f"supernode-{i}-restart*.log"))
         args = list(self._node_args[i])
         args[args.index("--port") + 1] = str(free_port())  # the old runtime port may linger in TIME_WAIT
+        self._node_args[i] = args
         self.node_processes[i] = self._spawn(f"supernode-{i}-restart{restarts + 1}", args)
+        self._start_launcher(i, f"site-clientapp-{i}-restart{restarts + 1}")
         return self.node_processes[i]
 
 

@@ -1,38 +1,31 @@
-"""The in-process engine: FDP-ADMM without Flower, vectorised over clients.
+"""The in-process engine: FDP-ADMM without Flower, every client's site in this process.
 
-It calls the very update functions the Flower client and strategy call
-(:func:`fdp_flower.algorithms.fdp_admm.update.client_primal_step`, :meth:`FDPADMMState.advance`)
-and draws each release's noise from :func:`fdp_flower.privacy.mechanisms.release_rng`,
-so with the same seed it reproduces a Flower run's iterates.
+A thin driver of FDP-ADMM's protocol (:mod:`fdp_flower.algorithms.fdp_admm.protocol`, the server;
+:func:`fdp_flower.algorithms.fdp_admm.site.answer`, every client's site, all clients of a round at
+once): it builds the clients' data (:func:`fdp_flower.algorithms.fdp_admm.setup.simulation_setup`),
+injects failures if the scenario asks, and moves requests and releases between the two
+(:func:`fdp_flower.algorithms.protocol.run_in_process`).  Every release's noise comes from
+:func:`fdp_flower.privacy.mechanisms.release_rng` of the run seed, so with the same seed it
+reproduces a Flower run's iterates.
 """
 from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Callable
 
-import numpy as np
-
-from fdp_flower.algorithms.faults import FailureRecord, QuorumLost, advance_with_failures, check_quorum, draw_failures
+from fdp_flower.algorithms.faults import draw_failures
 from fdp_flower.algorithms.fdp_admm.config import Scenario
-from fdp_flower.algorithms.fdp_admm.convergence import server_after_round, stop_reason
-from fdp_flower.algorithms.fdp_admm.plan import (
-    build_objective,
-    initial_state,
-    model_dim,
-    noise_plan,
-    noise_scales,
-    primal_release,
-    privacy_columns,
-    round_rho,
-)
+from fdp_flower.algorithms.fdp_admm.plan import site_plan
+from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
-from fdp_flower.algorithms.fdp_admm.update import client_primal_step, stack_clients
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer
+from fdp_flower.algorithms.protocol import run_in_process
 from fdp_flower.functional.federated_fpca import FPCA_ROUND, basis_releases
 from fdp_flower.outputs.release_journal import append_requests, journal_path, releases_after
 from fdp_flower.outputs.results import RunResult
-from fdp_flower.privacy import BudgetExhausted, BudgetGuard
-from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
+from fdp_flower.privacy.mechanisms import run_noise
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +38,7 @@ def accounting_delta(scenario: Scenario) -> float:
 def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | None = None,
                  with_reference: bool | None = None, total_budget: tuple[float, float] | None = None,
                  checkpoint_path=None, resume=None, stop_after: int | None = None,
-                 resume_journal=None) -> RunResult:
+                 resume_journal=None, source=None) -> RunResult:
     """Run FDP-ADMM (or F-ADMM when privacy is off) on a simulated federation.
 
     ``total_budget`` (eps, delta) is enforced by a :class:`~fdp_flower.privacy.BudgetGuard`
@@ -71,103 +64,62 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     (:mod:`fdp_flower.outputs.release_journal`), and a resumed run records in its ledger the
     journaled releases of rounds after the checkpoint (``resume_journal``: the journal of the run
     being resumed; default: the one next to ``checkpoint_path``), since re-releasing them draws new noise.
+    ``source``: the data source (default: the scenario's; the holder of in-memory curves passes theirs,
+    :class:`fdp_flower.functional.sources.InMemorySource`).
     """
     t0 = time.perf_counter()
     sizes, basis, features, responses, clipped, evaluator = simulation_setup(
-        scenario, with_reference=with_reference)
-    objective = build_objective(scenario)
-    dim = model_dim(scenario, basis)
-    plan = noise_plan(scenario, basis)
-    scales = noise_scales(scenario, basis)
-    f, y, mask = stack_clients(features, responses)
-    state = initial_state(scenario, dim)
-    result = RunResult(scenario, state, basis=basis, reference=evaluator.reference,
-                       clipped_rows=clipped, sample_sizes=[int(m) for m in sizes])
+        scenario, with_reference=with_reference, source=source)
+    p = scenario.privacy
+    if total_budget is None and p.enabled and p.mode == "total":
+        total_budget = (p.eps, p.delta)
+    unrepeatable = p.enabled and p.noise_source != "seeded"
+    journal = journal_path(checkpoint_path) if checkpoint_path is not None and unrepeatable else None
+    journal_requests = None if journal is None else partial(append_requests, journal)
+    every = scenario.output.checkpoint_every
+
+    server = FDPADMMServer(scenario, basis, sizes, evaluator=evaluator, total_budget=total_budget,
+                           journal=journal_requests)
+
+    def after_round(round_: int, row: dict) -> None:  # the caller's progress first, then the checkpoint
+        if progress is not None:
+            progress(round_, row)
+        if checkpoint_path is not None and every and server.round % every == 0:
+            _checkpoint(checkpoint_path, _result(server))
+
+    def _result(srv: FDPADMMServer) -> RunResult:
+        return RunResult(scenario, srv.state, history=srv.history, ledger=srv.ledger, basis=basis,
+                         reference=evaluator.reference, clipped_rows=clipped, sample_sizes=[int(m) for m in sizes],
+                         stop_reason=srv.stop_reason or "completed", failures=srv.failures)
+
     if resume is not None:
         from fdp_flower.outputs.checkpoint import check_resumable
 
         check_resumable(resume, scenario)
-        state = result.state = resume.state
-        result.history, result.failures = list(resume.history), list(resume.failures)
-        result.ledger.record_many(resume.ledger.releases)
-    journal = None
-    if checkpoint_path is not None and scenario.privacy.enabled and scenario.privacy.noise_source != "seeded":
-        journal = journal_path(checkpoint_path)
-    if resume is not None and scenario.privacy.enabled and scenario.privacy.noise_source != "seeded":
-        source = resume_journal if resume_journal is not None else journal
-        lost = [] if source is None else releases_after(source, resume.round)
-        if lost:  # made by the interrupted run after its last checkpoint: charged, then made again
-            log.info("charging %d releases the interrupted run made after round %d", len(lost), resume.round)
-            result.ledger.record_many(lost)
-    faults = scenario.faults
-    fault_seed = scenario.seed if faults.seed is None else faults.seed
-    log.info("setup done in %.1fs (K=%d, M=%d)", time.perf_counter() - t0, dim, len(sizes))
-    p = scenario.privacy
-    if total_budget is None and p.enabled and p.mode == "total":
-        total_budget = (p.eps, p.delta)
-    if plan.basis_multiplier is not None and not any(r.round == FPCA_ROUND for r in result.ledger.releases):
+        server.resume(resume.state, resume.ledger.releases, resume.history, resume.failures)
+        if unrepeatable:
+            source = resume_journal if resume_journal is not None else journal
+            lost = [] if source is None else releases_after(source, resume.round)
+            if lost:  # made by the interrupted run after its last checkpoint: charged, then made again
+                log.info("charging %d releases the interrupted run made after round %d", len(lost), resume.round)
+                server.ledger.record_many(lost)
+    if server.steps.basis_multiplier is not None and not any(r.round == FPCA_ROUND for r in server.ledger.releases):
         # The basis phase's releases (one per client, round 0, before round 1; same calibration as
         # in Flower): in total mode they count against privacy.eps with FDP-ADMM's (NoisePlan).
         b = scenario.basis
-        result.ledger.record_many(basis_releases(result.sample_sizes, clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
-    guard = None if total_budget is None else BudgetGuard(result.ledger, *total_budget)
-    for round_ in range(state.round + 1, scenario.algorithm.rounds + 1):
-        rho = round_rho(scenario, state)  # rho^l (eq. (1.16); fixed unless algorithm.rho_rule says otherwise)
-        eta, sensitivity, sigma = plan.release(round_, sizes, rho)
-        failed = draw_failures(fault_seed, round_, len(sizes), faults.failure_rate)
-        try:
-            check_quorum(~failed, faults.quorum, round_)
-        except QuorumLost as exc:
-            result.failures += [FailureRecord(round_, int(i), "injected", False) for i in np.flatnonzero(failed)]
-            result.stop_reason = f"stopped: {exc}"
-            break
-        planned = [] if sigma is None else [
-            primal_release(i, round_, sensitivity[i], sigma[i])
-            for i in range(len(sizes)) if not failed[i]]
-        if guard is not None and planned:
-            try:
-                guard.check(planned)  # before any noise is drawn or released
-            except BudgetExhausted as exc:
-                result.stop_reason = exc.reason
-                break
-        if journal is not None:
-            append_requests(journal, planned)
-        primals = client_primal_step(
-            objective=objective, noisy_primal=state.noisy_primals, global_w=state.global_w[None, :],
-            dual=state.duals, features=f, response=y, eta=eta[:, None], rho=rho, mask=mask)
-        if sigma is None:
-            noisy = primals
-        else:
-            noisy = np.stack([add_gaussian_noise(primals[i], sigma[i],
-                                                 release_rng(scenario.seed, i, round_, p.noise_source), scales)
-                              if not failed[i] else primals[i] for i in range(len(sizes))])
-            result.ledger.record_many(planned)
-        previous = state
-        if failed.any():
-            result.failures += [FailureRecord(round_, int(i), "injected", False) for i in np.flatnonzero(failed)]
-            state = advance_with_failures(state, ~failed, noisy, rho)
-        else:
-            state = state.advance(noisy, rho)
-        state, control = server_after_round(scenario.algorithm, previous, state, rho)  # eqs. (1.15)-(1.17)
-        row = {"round": round_, "eta_mean": float(np.mean(eta)), **control.row(), **evaluator(state)}
-        if sigma is not None:
-            row.update(privacy_columns(result.ledger, accounting_delta(scenario)))
-        if faults.failure_rate > 0:
-            row["failed_clients"] = int(failed.sum())
-        result.history.append(row)
-        result.state = state
-        if progress is not None:
-            progress(round_, row)
-        every = scenario.output.checkpoint_every
-        if checkpoint_path is not None and every and round_ % every == 0:
-            _checkpoint(checkpoint_path, result)
-        if control.stop:
-            result.stop_reason = stop_reason(round_)
-            break
-        if stop_after is not None and round_ >= stop_after:
-            result.stop_reason = f"interrupted after round {round_}"
-            break
-    if checkpoint_path is not None and scenario.output.checkpoint_every:
+        server.ledger.record_many(basis_releases([int(m) for m in sizes], clip_cb=b.clip_cb, eps=b.eps,
+                                                 delta=b.delta))
+    log.info("setup done in %.1fs (K=%d, M=%d)", time.perf_counter() - t0, server.dim, len(sizes))
+    data = SiteData.stack(range(len(sizes)), features, responses, clipped)
+    plan, noise = site_plan(scenario, basis), run_noise(scenario.seed, p.noise_source)
+    faults = scenario.faults
+    fault_seed = scenario.seed if faults.seed is None else faults.seed
+    failed = None if faults.failure_rate == 0 else (
+        lambda round_: draw_failures(fault_seed, round_, len(sizes), faults.failure_rate))
+    run_in_process(server, lambda requests: answer(requests, data, plan, noise), failed=failed,
+                   progress=after_round, stop_after=stop_after)
+    result = _result(server)
+    if checkpoint_path is not None and every:
         _checkpoint(checkpoint_path, result)
     return result
 

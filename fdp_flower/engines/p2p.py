@@ -1,24 +1,28 @@
-"""In-process engine of the peer-to-peer mode (docs/algorithms.md, sections 3 and 4).
+"""In-process engine of the peer-to-peer family (docs/p2p.md; docs/algorithms.md, sections 3 and 4).
 
-Runs every node's round with :func:`fdp_flower.algorithms.p2p.node.node_round` -- the same
-function the Flower relay's client calls, on the same arrays in the same order,
-so the two engines give bit-identical iterates for the same seed.  Each node
-sees only its neighbours' releases of the previous round.  Metrics over nodes
-are vectorised.
+A thin driver of the family's protocol: the relay's server (:class:`fdp_flower.algorithms.p2p.protocol.P2PServer`)
+and every node's site function (:func:`fdp_flower.algorithms.p2p.site.answer`, all nodes of a round at once),
+moved by :func:`fdp_flower.algorithms.protocol.run_in_process` -- the same server and site code the Flower relay
+and its client worker run, so with the same seed the engines give bit-identical iterates.  Each release's noise
+comes from ``release_rng(seed, node, round)``.  The engine keeps, for its metrics only, every node's noise-free
+primal x_i (the site's noise-free value through the server's public step); no driver sees it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fdp_flower.algorithms.faults import draw_failures, hold_failed_nodes
-from fdp_flower.algorithms.p2p.node import NodeState, P2PAlgorithm, node_round
+from fdp_flower.algorithms.faults import FailureRecord, draw_failures
+from fdp_flower.algorithms.p2p.plan import P2PAlgorithm
 from fdp_flower.algorithms.p2p.problems import NetworkProblem
+from fdp_flower.algorithms.p2p.protocol import BUDGET_EXHAUSTED, P2PServer, node_primal
+from fdp_flower.algorithms.p2p.site import NodeData, NodeEvaluation, answer
 from fdp_flower.algorithms.p2p.topology import Graph
-from fdp_flower.privacy import GaussianRelease, PrivacyLedger
+from fdp_flower.algorithms.protocol import run_in_process
+from fdp_flower.privacy import PrivacyLedger
 from fdp_flower.privacy.ledger import epsilon_of_rho
+from fdp_flower.privacy.mechanisms import run_noise
 
 
 class BudgetExceededError(RuntimeError):
@@ -28,7 +32,8 @@ class BudgetExceededError(RuntimeError):
 @dataclass
 class P2PResult:
     """Histories of one run: ``primal[r]`` / ``released[r]`` are x^r / xt^r (r = 0..T; row 0 is the
-    zero initialization), shape (T+1, N, K); per-round metrics are arrays of length T+1."""
+    zero initialization), shape (T+1, N, K); per-round metrics are arrays of length T+1.  ``primal`` is the
+    nodes' noise-free x_i (evaluation only), ``released`` the public xt_i."""
 
     algorithm: P2PAlgorithm
     graph: Graph
@@ -40,7 +45,9 @@ class P2PResult:
     cut_links: np.ndarray  # (T+1,) links cut by the threshold, summed over nodes (directed count)
     solver_iterations: np.ndarray  # (T+1,) Newton iterations summed over nodes
     metrics: dict = field(default_factory=dict)
-    failed: np.ndarray | None = None  # (T+1, N) bool: node failed in round r (injected; row 0 all False)
+    failed: np.ndarray | None = None  # (T+1, N) bool: node failed in round r (row 0 all False)
+    failures: list[FailureRecord] = field(default_factory=list)
+    stop_reason: str = "completed"
 
     @property
     def final_primal(self) -> np.ndarray:
@@ -75,8 +82,9 @@ def evaluate(problem: NetworkProblem, xs: np.ndarray) -> dict:
 
 def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, seed: int,
             metrics_every: int = 1, on_round=None, failure_rate: float = 0.0,
-            failure_seed: int | None = None, progress=None, accounting_delta: float = 1e-5) -> P2PResult:
-    """Run ``algorithm`` for ``algorithm.steps`` rounds on ``graph``.
+            failure_seed: int | None = None, progress=None, accounting_delta: float = 1e-5,
+            quorum: float | None = None, max_primal_norm: float | None = None) -> P2PResult:
+    """Run ``algorithm`` for ``algorithm.rounds`` rounds on ``graph``.
 
     Parameters
     ----------
@@ -85,13 +93,13 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
     graph : Graph
         Connected communication graph.
     algorithm : P2PAlgorithm
-        The resolved algorithm (see ``fdp_flower.algorithms.p2p.config.build_algorithm``).
+        The resolved algorithm (see ``fdp_flower.algorithms.p2p.plan.build_algorithm``).
     seed : int
         Run seed of the per-release noise generators ``release_rng(seed, node, round)``.
     metrics_every : int
         Evaluate metrics every this many rounds and at the last (default: 1).
     on_round : callable or None
-        Called as ``on_round(round, states)`` after every round (default: None).
+        Called as ``on_round(round, server)`` after every round (the :class:`P2PServer`) (default: None).
     failure_rate : float
         Each node fails independently with this probability each round
         (:func:`fdp_flower.algorithms.faults.draw_failures`, stream of ``failure_seed``, default ``seed``).
@@ -103,71 +111,65 @@ def run_p2p(problem: NetworkProblem, graph: Graph, algorithm: P2PAlgorithm, *, s
         ``row`` the metrics of the released vectors (``released_normalized_error``, ...) and, when
         private, ``eps_pld``, the worst node's eps so far at ``accounting_delta`` (the PLD accountant's
         figure of the composed Gaussian, in closed form) (default: None).
+    quorum : float or None
+        Least fraction of nodes that must release in a round, else the run stops (None: no quorum; default: None).
+    max_primal_norm : float or None
+        Releases whose primal norm exceeds this are rejected as failures (default: None).
+
+    A release that would take a node past its total zCDP budget raises :class:`BudgetExceededError` before any
+    noise of that round is drawn.
     """
     n, k = problem.num_nodes, problem.dim
     if graph.num_nodes != n:
         raise ValueError(f"the graph has {graph.num_nodes} nodes but the problem {n}")
     if metrics_every < 1:
         raise ValueError(f"metrics_every must be >= 1, got {metrics_every}")
-    steps = algorithm.steps
-    objective = problem.objective
-    nbrs = [list(x) for x in graph.neighbours]
-    degrees = graph.degrees
-    states = [NodeState.initial(k, int(degrees[i])) for i in range(n)]
-    primal = np.zeros((steps + 1, n, k))
-    released = np.zeros((steps + 1, n, k))
-    duals = np.zeros((steps + 1, n, k))
-    cut = np.zeros(steps + 1, dtype=int)
-    iters = np.zeros(steps + 1, dtype=int)
-    ledger = PrivacyLedger()
-    rho_spent = np.zeros(n)
-    cap = algorithm.noise.rho_total
-    failed = np.zeros((steps + 1, n), dtype=bool)
-    for r in range(1, steps + 1):
-        prev = released[r - 1]
-        new_states = []
-        failed[r] = draw_failures(seed if failure_seed is None else failure_seed, r, n, failure_rate)
-        for i in range(n):
-            if failed[r, i]:  # held: same vectors, round counter in step with the others
-                s = states[i]
-                new_states.append(NodeState(r, s.released, s.dual, s.link_stat))
-                continue
-            params = algorithm.release_parameters(r, len(problem.responses[i]), int(degrees[i]))
-            if params is not None and math.isfinite(cap):
-                rho = params[0] ** 2 / (2 * params[1] ** 2)
-                if rho_spent[i] + rho > cap * (1 + 1e-9):
-                    raise BudgetExceededError(f"node {i}, round {r}: release would spend {rho_spent[i] + rho:.6g} "
-                                              f"> total zCDP budget {cap:.6g}")
-            res = node_round(algorithm=algorithm, objective=objective, node=i, seed=seed, state=states[i],
-                             neighbour_released=prev[nbrs[i]], neighbour_degrees=degrees[nbrs[i]],
-                             features=problem.features[i], response=problem.responses[i])
-            if res.sigma is not None:  # recorded only after the noise was added
-                ledger.record(GaussianRelease(client=i, round=r, sensitivity=res.sensitivity, sigma=res.sigma))
-                rho_spent[i] += res.sensitivity ** 2 / (2 * res.sigma ** 2)
-            new_states.append(res.state)
-            primal[r, i] = res.primal
-            released[r, i] = res.state.released
-            duals[r, i] = res.state.dual
-            cut[r] += res.cut_links
-            iters[r] += res.solver_iterations
-        states = new_states
-        if failed[r].any():
-            for arr in (primal, released, duals):
-                arr[r] = hold_failed_nodes(arr[r - 1], arr[r], ~failed[r])
+    rounds = algorithm.rounds
+    server = P2PServer(algorithm, graph, problem.objective, problem.sample_counts, k, quorum=quorum,
+                       max_primal_norm=max_primal_norm)
+    data, noise = NodeData.of_problem(problem), run_noise(seed)
+    evaluation: dict[int, NodeEvaluation] = {}
+    primal = [np.zeros((n, k))]
+    cut, iters, failed = [0], [0], [np.zeros(n, dtype=bool)]
+
+    def site(requests):
+        evaluation.clear()
+        return answer(requests, data, server.plan, noise, evaluation=evaluation)
+
+    def after_round(round_: int, row: dict) -> None:
+        x = primal[-1].copy()  # a failed node is held
+        for node, step in server.closed_steps.items():  # the noise-free value through the same public step
+            x[node] = node_primal(algorithm, problem.objective, step, evaluation[node].value)
+        primal.append(x)
+        cut.append(int(row["cut_links"]))
+        iters.append(int(sum(evaluation[i].solver_iterations for i in server.closed_steps)))
+        failed.append(np.array([i not in server.closed_steps for i in range(n)]))
         if on_round is not None:
-            on_round(r, states)
-        if progress is not None and (r % max(1, steps // 20) == 0 or r == steps):
-            row = {f"released_{key}": float(np.asarray(val)) for key, val in evaluate(problem, released[r]).items()}
-            worst = ledger.worst_case(accounting_delta, with_pld=False)
+            on_round(round_, server)
+        if progress is not None and (round_ % max(1, rounds // 20) == 0 or round_ == rounds):
+            row = {f"released_{key}": float(np.asarray(val))
+                   for key, val in evaluate(problem, server.state.released).items()}
+            worst = server.ledger.worst_case(accounting_delta, with_pld=False)
             if worst is not None:  # the headline accountant's eps (PLD of the composed Gaussian, closed form)
                 row["eps_pld"] = epsilon_of_rho(worst.zcdp_rho, accounting_delta)
-            progress(r, row)
-    rounds = np.unique(np.r_[np.arange(0, steps + 1, metrics_every), steps])
-    metrics = {"round": rounds}
-    for name, xs in (("primal", primal[rounds]), ("released", released[rounds])):
+            progress(round_, row)
+
+    failures = None if failure_rate == 0 else (
+        lambda round_: draw_failures(seed if failure_seed is None else failure_seed, round_, n, failure_rate))
+    run_in_process(server, site, failed=failures, progress=after_round)
+    if server.stop_reason is not None and server.stop_reason.startswith(BUDGET_EXHAUSTED):
+        raise BudgetExceededError(server.stop_reason)
+    primal_arr = np.stack(primal)
+    released, duals = np.stack(server.released_history), np.stack(server.dual_history)
+    done = len(primal) - 1
+    marks = np.unique(np.r_[np.arange(0, done + 1, metrics_every), done])
+    metrics = {"round": marks}
+    for name, xs in (("primal", primal_arr[marks]), ("released", released[marks])):
         for key, val in evaluate(problem, xs).items():
             metrics[f"{name}_{key}"] = val
-    return P2PResult(algorithm, graph, seed, primal, released, duals, ledger, cut, iters, metrics, failed)
+    return P2PResult(algorithm, graph, seed, primal_arr, released, duals, server.ledger, np.array(cut),
+                     np.array(iters), metrics, np.stack(failed), list(server.failures),
+                     server.stop_reason or "completed")
 
 
 def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | None = None,
@@ -176,16 +178,20 @@ def run_scenario(scenario, *, repetition: int = 0, problem: NetworkProblem | Non
 
     The graph and the data come from ``scenario.seed``; repetition r draws its noise with seed
     ``scenario.seed + r``.  Pass ``problem`` to reuse an already built one (same scenario data);
-    ``progress`` as in :func:`run_p2p` (eps at the scenario's delta).
+    ``progress`` as in :func:`run_p2p` (eps at the scenario's delta).  Faults: ``scenario.faults``
+    (injected failure rate and seed, quorum, primal bound).
     """
-    from fdp_flower.algorithms.p2p.config import build_algorithm, build_graph, build_problem
+    from fdp_flower.algorithms.p2p.plan import build_algorithm, build_problem, scenario_graph
 
-    graph = build_graph(scenario.topology, scenario.seed)
+    graph = scenario_graph(scenario)
     if problem is None:
-        problem = build_problem(scenario.data, graph.num_nodes, scenario.seed)
+        problem = build_problem(scenario)
     algorithm = build_algorithm(scenario.algorithm, scenario.privacy, problem)
+    f = scenario.faults
     return run_p2p(problem, graph, algorithm, seed=scenario.seed + repetition, metrics_every=metrics_every,
-                   progress=progress, accounting_delta=scenario.privacy.delta)
+                   progress=progress, accounting_delta=scenario.privacy.delta, failure_rate=f.failure_rate,
+                   failure_seed=f.seed, quorum=f.quorum,
+                   max_primal_norm=f.max_primal_norm)
 
 
 def summarize(result: P2PResult, delta: float, *, privacy=None) -> dict:
@@ -198,9 +204,9 @@ def summarize(result: P2PResult, delta: float, *, privacy=None) -> dict:
     enabled = privacy is not None and privacy.enabled and bool(result.ledger.releases)
     section = privacy_section(result.ledger, delta, mode=getattr(privacy, "mode", None) if enabled else None,
                               eps_budget=privacy.eps if enabled else None)
-    return {"algorithm": result.algorithm.kind, "steps": result.algorithm.steps, "seed": result.seed,
+    return {"algorithm": result.algorithm.kind, "rounds": result.algorithm.rounds, "seed": result.seed,
             "final": final, "privacy": section, "graph": result.graph.to_dict(),
-            "cut_links_final": int(result.cut_links[-1])}
+            "cut_links_final": int(result.cut_links[-1]), "stop_reason": result.stop_reason}
 
 
 def main(argv=None) -> None:
@@ -209,17 +215,17 @@ def main(argv=None) -> None:
     import json
     import sys
 
-    from fdp_flower.algorithms.p2p.config import build_graph, build_problem, load_p2p_scenario
+    from fdp_flower.algorithms.p2p.config import load_p2p_scenario
+    from fdp_flower.algorithms.p2p.plan import build_problem
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         raise SystemExit("usage: python -m fdp_flower.engines.p2p SCENARIO.yaml [section.field=value ...]")
     scenario = load_p2p_scenario(args[0], args[1:])
-    graph = build_graph(scenario.topology, scenario.seed)
-    problem = build_problem(scenario.data, graph.num_nodes, scenario.seed)
+    problem = build_problem(scenario)
     for rep in range(scenario.repetitions):
         res = run_scenario(scenario, repetition=rep, problem=problem,
-                           metrics_every=max(1, scenario.algorithm.steps // 10))
+                           metrics_every=max(1, scenario.algorithm.rounds // 10))
         print(json.dumps({"repetition": rep, **summarize(res, scenario.privacy.delta, privacy=scenario.privacy)}))
 
 

@@ -16,6 +16,14 @@ from fdp_flower.functional import design
 from fdp_flower.functional.design import CurveData
 
 
+def _no_node_file(kind: str, path: str | None) -> None:
+    """Only node-local data read a node's own file (under its site's policy): a source of another kind
+    asked to read one refuses (a run's data kind must never read a site's file outside its policy)."""
+    if path is not None:
+        raise ValueError(f"data kind {kind!r} reads no node file; a node's own data file is read only as data "
+                         "kind 'node_files', under its site's policy")
+
+
 @dataclass(frozen=True)
 class PaperSimulationSource:
     """The simulated design of Zhou & Xiang (2022), Section 5 (:mod:`fdp_flower.functional.design`).
@@ -40,6 +48,7 @@ class PaperSimulationSource:
         return np.diff(design.partition_bounds(self.config.n_samples, self.num_clients))
 
     def load(self, partition: int, path: str | None = None) -> CurveData:
+        _no_node_file(self.kind, path)
         return design.simulate_partition(self.seed, self.config.n_samples, self.num_clients, partition,
                                          tau=self.tau, grid=self.grid(), design=self.config.design)
 
@@ -136,11 +145,69 @@ class ClientArraysSource:
     def load(self, partition: int, path: str | None = None) -> CurveData:
         from fdp_flower.functional.node_files import read_node_file
 
+        _no_node_file(self.kind, path)
         if not 0 <= partition < len(self.config.paths):
             raise ValueError(f"partition {partition} outside [0, {len(self.config.paths)})")
-        return read_node_file(path or self.config.paths[partition], expected_grid=self.grid(),
-                              response_offset=self.config.response_offset,
-                              digest=None if path else self._digest(partition))
+        return read_node_file(self.config.paths[partition], expected_grid=self.grid(),
+                              response_offset=self.config.response_offset, digest=self._digest(partition))
+
+    def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def tau_shift(self, tau: float) -> float | None:
+        return None
+
+
+def curves_digest(parts) -> str:
+    """``sha256:<hex>`` of the clients' grids, curves and responses, in client order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in parts:
+        for values in (part.grid, part.curves, part.response):
+            values = np.ascontiguousarray(values, dtype=float)
+            h.update(f"{values.shape}".encode())
+            h.update(values.tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+@dataclass(frozen=True)
+class InMemorySource:
+    """Curves a caller holds in memory (:func:`fdp_flower.fit`): ``parts``, one
+    :class:`~fdp_flower.functional.design.CurveData` per client on one grid, handed to the in-process
+    engine with the scenario (never written anywhere); checked against the scenario's digest."""
+
+    config: object  # fdp_flower.config.functional.InMemoryCurves
+    seed: int
+    num_clients: int
+    tau: float
+    parts: tuple | None = None
+
+    kind: ClassVar[str] = "in_memory"
+    node_local: ClassVar[bool] = False
+
+    def __post_init__(self):
+        if self.parts is None:
+            raise ValueError("data kind 'in_memory' names curves that exist only in the process that fit them "
+                             "(fdp_flower.fit); run it there, or write node files (data kind 'client_arrays')")
+        if len(self.parts) != self.num_clients:
+            raise ValueError(f"in-memory data for {len(self.parts)} clients, the scenario has {self.num_clients}")
+        if curves_digest(self.parts) != self.config.digest:
+            raise ValueError("the in-memory curves do not match the scenario's data.digest")
+
+    def grid(self) -> np.ndarray:
+        return np.asarray(self.parts[0].grid, dtype=float)
+
+    def partition_sizes(self) -> np.ndarray:
+        return np.array([part.n_samples for part in self.parts])
+
+    def load(self, partition: int, path: str | None = None) -> CurveData:
+        _no_node_file(self.kind, path)
+        if not 0 <= partition < len(self.parts):
+            raise ValueError(f"partition {partition} outside [0, {len(self.parts)})")
+        part = self.parts[partition]
+        offset = self.config.response_offset
+        return part if offset == 0 else CurveData(part.curves, part.response - offset, part.grid)
 
     def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
         return None
@@ -150,13 +217,15 @@ class ClientArraysSource:
 
 
 #: data-source kind -> its class (the schema's ``data.kind``)
-SOURCES = {cls.kind: cls for cls in (PaperSimulationSource, NodeFilesSource, ClientArraysSource)}
+SOURCES = {cls.kind: cls for cls in (PaperSimulationSource, NodeFilesSource, ClientArraysSource, InMemorySource)}
 
 
-def data_source(config, *, seed: int, num_clients: int, tau: float = 0.5):
-    """The data source of a scenario's ``data`` section."""
+def data_source(config, *, seed: int, num_clients: int, tau: float = 0.5, parts=None):
+    """The data source of a scenario's ``data`` section (``parts``: the curves of an in-memory source)."""
     try:
         cls = SOURCES[config.kind]
     except KeyError:
         raise ValueError(f"data source {config.kind!r} is not supported; known: {', '.join(SOURCES)}") from None
+    if cls is InMemorySource:
+        return cls(config, seed=seed, num_clients=num_clients, tau=tau, parts=None if parts is None else tuple(parts))
     return cls(config, seed=seed, num_clients=num_clients, tau=tau)

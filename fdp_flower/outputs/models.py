@@ -106,7 +106,8 @@ def _scenario_privacy(scenario) -> tuple[float, str | None, float | None]:
     p = scenario.privacy
     if not getattr(p, "enabled", True):
         return float(p.delta), None, None
-    return float(p.delta), getattr(p, "mode", "total"), float(p.eps)
+    eps = getattr(p, "eps", None)
+    return float(p.delta), getattr(p, "mode", "total"), None if eps is None else float(eps)
 
 
 # ---------------------------------------------------------------- functional model
@@ -358,7 +359,7 @@ def load_results(directory: str | Path):
     (``final.npz``, or ``iterates.npz`` for peer-to-peer runs), the basis (``final.npz``),
     ``ledger.csv`` and ``history.csv`` (or their ``.json`` forms) and ``summary.json``.
     """
-    from fdp_flower.algorithms.registry import family_of, parse_any_scenario
+    from fdp_flower.algorithms.registry import family, parse_any_scenario, resolve
     from fdp_flower.config.base import read_yaml_file
 
     out = Path(directory)
@@ -371,26 +372,43 @@ def load_results(directory: str | Path):
     ledger = _ledger(out)
     delta, mode, eps = _scenario_privacy(scenario)
     privacy = PrivacyReport.from_ledger(ledger, delta=delta, mode=mode, eps_budget=eps)
-    family = family_of(scenario.algorithm.kind)
-    stop = str(summary.get("stop_reason", "completed"))
-    if family == "fdp_admm":
-        return _functional_from_dir(out, scenario, privacy, ledger, summary)
-    if family == "p2p":
-        path = out / "iterates.npz"
-        if not path.is_file():
-            raise ValueError(f"{out}: no iterates.npz (the released node estimates of a peer-to-peer run)")
-        with np.load(path) as npz:
-            node_w = np.asarray(npz["released"][-1], dtype=float)
-        return TabularModel(node_w.mean(axis=0), p2p_intercept_scale(scenario), scenario, privacy, ledger,
-                            _history(out), node_w=node_w, stop_reason=stop)
+    return resolve(family(scenario.algorithm.kind).read_results)(out, scenario, summary, privacy, ledger)
+
+
+def read_p2p_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):
+    """The :class:`TabularModel` of a peer-to-peer results directory (the mean of the released node
+    estimates of the last round, ``iterates.npz``)."""
+    path = out / "iterates.npz"
+    if not path.is_file():
+        raise ValueError(f"{out}: no iterates.npz (the released node estimates of a peer-to-peer run)")
+    with np.load(path) as npz:
+        node_w = np.asarray(npz["released"][-1], dtype=float)
+    return TabularModel(node_w.mean(axis=0), p2p_intercept_scale(scenario), scenario, privacy, ledger,
+                        _history(out), node_w=node_w, stop_reason=str(summary.get("stop_reason", "completed")))
+
+
+def read_protocol_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):
+    """The :class:`TabularModel` of a results directory of the generic drivers (``final.npz``: estimate)."""
+    path = out / "final.npz"
+    if not path.is_file():
+        raise ValueError(f"{out}: no final.npz (the released estimate of the run)")
+    with np.load(path) as npz:
+        w = np.asarray(npz["estimate"], dtype=float)
+    return TabularModel(w, 0.0, scenario, privacy, ledger, _history(out),
+                        stop_reason=str(summary.get("stop_reason", "completed")))
+
+
+def read_gradient_admm_results(out: Path, scenario, summary: dict, privacy: PrivacyReport, ledger: PrivacyLedger):
+    """The :class:`TabularModel` of a DP-ADMM / DP-AccADMM results directory (``final.npz``: x)."""
     with np.load(out / "final.npz") as npz:
         x = np.asarray(npz["x"], dtype=float)
     return TabularModel(x, gradient_intercept_scale(scenario), scenario, privacy, ledger, _history(out),
-                        stop_reason=stop)
+                        stop_reason=str(summary.get("stop_reason", "completed")))
 
 
-def _functional_from_dir(out: Path, scenario, privacy: PrivacyReport, ledger: PrivacyLedger,
-                         summary: dict) -> FunctionalModel:
+def read_fdp_admm_results(out: Path, scenario, summary: dict, privacy: PrivacyReport,
+                          ledger: PrivacyLedger) -> FunctionalModel:
+    """The :class:`FunctionalModel` of an FDP-ADMM results directory (``final.npz``: state and basis)."""
     from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 
     path = out / "final.npz"
@@ -413,8 +431,8 @@ def _functional_from_dir(out: Path, scenario, privacy: PrivacyReport, ledger: Pr
 
 def p2p_intercept_scale(scenario) -> float:
     """c0 of a peer-to-peer scenario's intercept column (0 without one)."""
-    d = scenario.data
-    return float(d.intercept_share * d.c1) if getattr(d, "intercept", False) else 0.0
+    m = scenario.model
+    return float(m.intercept_share * m.clip_c1) if m.intercept else 0.0
 
 
 def gradient_intercept_scale(scenario) -> float:

@@ -245,7 +245,7 @@ def results_figure(out: str | Path, title: str | None = None):
     """The convergence figure of a results directory written by ``fdp-flower run`` (any family):
     :func:`run_history_figure` for FDP-ADMM, :func:`tabular_history_figure` otherwise, with the
     privacy curve of its ``ledger.csv``; None when the directory holds no history."""
-    from fdp_flower.algorithms.registry import family_of, parse_any_scenario
+    from fdp_flower.algorithms.registry import family, parse_any_scenario, resolve
     from fdp_flower.config.base import read_yaml_file
     from fdp_flower.outputs.models import read_ledger_csv
     from fdp_flower.outputs.results import read_csv
@@ -257,17 +257,31 @@ def results_figure(out: str | Path, title: str | None = None):
     if not history:
         return None
     scenario = parse_any_scenario(read_yaml_file(out / "scenario.yaml"), str(out / "scenario.yaml"))
-    family = family_of(scenario.algorithm.kind)
+    record = family(scenario.algorithm.kind)
+    if record.plots is None:
+        return None
     p = scenario.privacy
     # a total budget: privacy.mode total, or DP-(Acc)ADMM, whose (eps, delta) is always the whole run's
     total = getattr(p, "mode", "total") == "total" and getattr(p, "enabled", True)
     budget = float(p.eps) if total and getattr(p, "eps", None) is not None else None
     ledger = read_ledger_csv(out / "ledger.csv") if (out / "ledger.csv").is_file() else None
     curve = privacy_curve(ledger, float(p.delta), budget=budget) if ledger is not None else None
-    title = scenario.name if title is None else title
-    if family == "fdp_admm":
-        return run_history_figure(history, title, privacy=curve, coefficient=_coefficient_of_results(out, scenario))
-    return tabular_history_figure(history, family, title, privacy=curve)
+    return resolve(record.plots)(out, scenario, history, curve, scenario.name if title is None else title)
+
+
+def functional_results_figure(out: Path, scenario, history: list[dict], curve, title: str):
+    """FDP-ADMM's results figure: :func:`run_history_figure` with the fitted coefficient function."""
+    return run_history_figure(history, title, privacy=curve, coefficient=_coefficient_of_results(out, scenario))
+
+
+def p2p_results_figure(out: Path, scenario, history: list[dict], curve, title: str):
+    """A peer-to-peer run's results figure (:func:`tabular_history_figure`)."""
+    return tabular_history_figure(history, "p2p", title, privacy=curve)
+
+
+def gradient_admm_results_figure(out: Path, scenario, history: list[dict], curve, title: str):
+    """A DP-ADMM / DP-AccADMM run's results figure (:func:`tabular_history_figure`)."""
+    return tabular_history_figure(history, "gradient_admm", title, privacy=curve)
 
 
 def plot_results_dir(out: str | Path, title: str | None = None) -> Path | None:

@@ -177,8 +177,9 @@ def privacy_headline(section: dict, who: str = "client") -> str:
     """The one line every command prints about privacy, from a :func:`privacy_section`."""
     if not section.get("private"):
         return "privacy: off (no noise was added: no differential-privacy guarantee)"
-    budget = {"total": f"; total budget eps = {section['eps_budget']:g}",
-              "per_round": f"; eps = {section['eps_budget']:g} per round"}.get(section.get("mode") or "", "")
+    asked = section.get("eps_budget")
+    budget = "" if asked is None else {"total": f"; total budget eps = {asked:g}",
+                                       "per_round": f"; eps = {asked:g} per round"}.get(section.get("mode") or "", "")
     relation = NEIGHBOURING_TEXT.get(section["neighbouring"], section["neighbouring"])
     return (f"privacy spent per {who} (worst {who} {section['worst_client']}, {section['releases']} releases): "
             f"eps = {_format_eps(section['eps'])} at delta = {section['delta']:g} (PLD accountant, {relation} "
@@ -271,3 +272,26 @@ def write_results(result, out_dir: str | Path) -> Path:
     _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     log.info("results written to %s", out.resolve())
     return out
+
+
+def write_protocol_results(server, scenario, out_dir: str | Path, *, engine: str = "inprocess") -> dict:
+    """Write the results directory of a run of a family's server protocol (the generic drivers):
+    ``scenario.yaml``, ``history.csv``, ``ledger.csv``, ``failures.csv``, ``final.npz`` (the protocol's
+    :meth:`~fdp_flower.algorithms.protocol.ServerProtocol.final_arrays`) and ``summary.json``; returns the summary."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(out / "scenario.yaml", scenario_to_yaml(scenario))
+    write_csv(out / "history.csv", server.history)
+    write_csv(out / "ledger.csv", server.ledger.to_rows(), LEDGER_COLUMNS)
+    write_csv(out / "failures.csv", [f.to_row() for f in server.failures], FailureRecord.COLUMNS)
+    np.savez(out / "final.npz", **server.final_arrays())
+    p = scenario.privacy
+    private = bool(getattr(p, "enabled", False))
+    summary = _clean({"name": scenario.name, "engine": engine, "algorithm": scenario.algorithm.kind,
+                      "stop_reason": server.stop_reason or "completed", "rounds_completed": len(server.history),
+                      "rounds_planned": server.rounds_planned,
+                      "final": server.history[-1] if server.history else {},
+                      "privacy": privacy_section(server.ledger, p.delta, mode=getattr(p, "mode", None) if private
+                                                 else None, eps_budget=getattr(p, "eps", None) if private else None)})
+    _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    return summary

@@ -49,18 +49,31 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: denominator, which none of them releases):
 #:
 #: - ``gaussian_gradient``: DP-ADMM's noisy mean gradient (Xu et al. 2020): 2c/m;
-#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal (Zhou & Xiang 2022): 2G/(m (rho + 1/eta));
+#: - ``fdp_admm_subgradient``: FDP-ADMM's noisy descent term, the clipped mean subgradient (Zhou & Xiang
+#:   2022, the data term of their primal): 2G/m;
+#: - ``fdp_admm_primal``: FDP-ADMM's linearized primal, as releases before the descent term recorded it:
+#:   2G/(m (rho + 1/eta));
+#: - ``p2p_subgradient``: a peer-to-peer node's noisy descent term, the clipped mean loss subgradient at the
+#:   public point the relay names (the data term of zCDP-NFL, DP-NFL, grad-NFL, P-ADMM and PR-ADMM's linearized
+#:   step; Gauthier et al. 2023, Ding et al. 2019): 2G/m, ||grad l|| <= G per record at any point;
 #: - ``pr_admm_primal``, ``nfl_primal``: exact or linearized local solves with a
-#:   strongly convex data-independent part (Ding et al. 2019, Gauthier et al. 2023): V/(m eta |V_i|);
-#: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded.
+#:   strongly convex data-independent part (Ding et al. 2019, Gauthier et al. 2023): V/(m eta |V_i|) (the exact
+#:   solve: its minimizer x(D) solves (1/m) sum_d g(d, x) + public(x) = 0, so x(D) - x(D') is bounded by the
+#:   difference of the two means at one point over the strong convexity, and that difference is the one above);
+#: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded;
+#: - ``clipped_rows_count``: a count of records (not a mean), which one replaced, added or removed
+#:   record changes by at most 1: sensitivity 1 under both relations.
 #:
 #: A bare ``gaussian`` release has no known query, so it is not converted.
 NEIGHBOURING_FACTORS: dict[str, float] = {
     "gaussian_gradient": 1.0,
+    "fdp_admm_subgradient": 1.0,
     "fdp_admm_primal": 1.0,
+    "p2p_subgradient": 1.0,
     "pr_admm_primal": 1.0,
     "nfl_primal": 1.0,
     "fpca_covariance": 1.0,
+    "clipped_rows_count": 1.0,  # a count of records: +-1 when one is replaced, added or removed
 }
 
 

@@ -79,3 +79,18 @@ def add_gaussian_noise(value: np.ndarray, sigma: float, rng: np.random.Generator
             raise ValueError(f"noise scales must be {value.shape[-1]} positive finite numbers")
         draw = draw * scales
     return value + sigma * draw
+
+
+def run_noise(seed: int, source: str = "seeded"):
+    """The noise source of a run whose releases the server could compute itself (simulated or public
+    data): each draw's generator is :func:`release_rng` of the release's (client, round).  Takes the
+    draw's ledger events (:data:`fdp_flower.algorithms.protocol.NoiseSource`; every event of one draw
+    names the same client and round)."""
+    if source not in NOISE_SOURCES:
+        raise ValueError(f"noise source must be one of {NOISE_SOURCES}, got {source!r}")
+
+    def noise(events) -> np.random.Generator:
+        first = events[0]
+        return release_rng(seed, first.client, first.round, source)
+
+    return noise

@@ -6,12 +6,20 @@ from fdp_flower.wire.records import (
     BASIS_DIGEST_KEY,
     BASIS_MISSING,
     BASIS_PREFIX,
-    BATCH_CLIENTS_KEY,
+    CLIENTS_KEY,
+    ERRORS_RECORD,
+    RELEASE_KEY,
+    REQUEST_PREFIX,
     SETUP_PHASE,
     basis_digest,
     pack_arrays,
+    pack_releases,
+    pack_requests,
     unpack_arrays,
+    unpack_releases,
+    unpack_requests,
 )
 
-__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "BATCH_CLIENTS_KEY", "SETUP_PHASE", "basis_digest",
-           "pack_arrays", "unpack_arrays"]
+__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "CLIENTS_KEY", "ERRORS_RECORD", "RELEASE_KEY",
+           "REQUEST_PREFIX", "SETUP_PHASE", "basis_digest", "pack_arrays", "pack_releases", "pack_requests",
+           "unpack_arrays", "unpack_releases", "unpack_requests"]

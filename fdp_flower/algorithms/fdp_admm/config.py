@@ -13,8 +13,6 @@ from fdp_flower.config.base import (
     _Frozen,
     apply_overrides,
     read_yaml_file,
-    run_config_overrides,
-    run_config_scenario_path,
     tagged_union,
     validate_mapping,
 )
@@ -259,9 +257,3 @@ def load_scenario(path: str | Path, overrides: list[str] | dict[str, Any] | None
     if overrides:
         data = apply_overrides(data, overrides)
     return parse_scenario(data, str(path))
-
-
-
-def scenario_from_run_config(run_config: dict[str, Any]) -> Scenario:
-    """The FDP-ADMM scenario named by a Flower run config (``scenario``, ``overrides`` and the typed keys)."""
-    return load_scenario(run_config_scenario_path(run_config), run_config_overrides(run_config, "fdp_admm"))

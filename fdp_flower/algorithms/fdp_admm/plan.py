@@ -14,14 +14,12 @@ import numpy as np
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective, primal_sensitivity, tail_start_round
 from fdp_flower.config.sections import ConstantStep, InvSqrtStep, InvStep, Theorem2Step
-from fdp_flower.core.clipping import clip_rows, clip_rows_ellipsoid, intercept_design
 from fdp_flower.core.losses import make_loss
 from fdp_flower.core.penalties import Penalty
 from fdp_flower.core.schedules import StepSchedule, theorem2_base
 from fdp_flower.functional import bases, sources
 from fdp_flower.functional.design import CurveData
 from fdp_flower.functional.fpca import FunctionalBasis
-from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import classic_gaussian_sigma
 
 
@@ -32,10 +30,11 @@ def build_objective(scenario: Scenario) -> Objective:
     return Objective(loss=loss, penalty=penalty, lam=pc.lam, num_clients=scenario.federation.num_clients)
 
 
-def data_source(scenario: Scenario):
-    """The scenario's data source (:mod:`fdp_flower.functional.sources`): grid, m_i, loading."""
+def data_source(scenario: Scenario, parts=None):
+    """The scenario's data source (:mod:`fdp_flower.functional.sources`): grid, m_i, loading (``parts``: the
+    curves of an in-memory source, which only the process holding them can pass)."""
     return sources.data_source(scenario.data, seed=scenario.seed, num_clients=scenario.federation.num_clients,
-                               tau=scenario.model.loss.tau)
+                               tau=scenario.model.loss.tau, parts=parts)
 
 
 def grid_of(scenario: Scenario) -> np.ndarray:
@@ -63,7 +62,7 @@ def model_dim(scenario: Scenario, basis: FunctionalBasis) -> int:
     return basis.n_components + int(scenario.model.intercept)
 
 
-def _score_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | None:
+def score_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | None:
     """c1 sqrt(lambda_k) of the ellipsoid clip (None for the sphere)."""
     if scenario.model.clip_shape == "sphere":
         return None
@@ -78,25 +77,10 @@ def noise_scales(scenario: Scenario, basis: FunctionalBasis) -> np.ndarray | Non
     """The public per-coordinate scales s of the clip and the noise: None for the sphere clip
     (isotropic noise); c1 sqrt(lambda_k) for the ellipsoid clip (``model.clip_shape``), preceded
     by c1 for the intercept coordinate (:func:`fdp_flower.core.clipping.intercept_design`)."""
-    scales = _score_scales(scenario, basis)
+    scales = score_scales(scenario, basis)
     if scales is None or not scenario.model.intercept:
         return scales
     return np.r_[scenario.model.clip_c1, scales]
-
-
-def client_features(scenario: Scenario, basis: FunctionalBasis, data: CurveData) -> tuple[np.ndarray, int]:
-    """Scores of the client's curves, rows clipped to the sphere ||a|| <= c1 or to the ellipsoid
-    ||a / s|| <= 1 of :func:`noise_scales`; with ``model.intercept`` the rows are
-    (c0, scores) of :func:`fdp_flower.core.clipping.intercept_design`, inside the same set
-    (returns features, rows clipped)."""
-    m = scenario.model
-    scales = _score_scales(scenario, basis)
-    scores = basis.scores(data.curves)
-    if m.intercept:
-        return intercept_design(scores, m.clip_c1, m.intercept_share, scales)
-    if scales is None:
-        return clip_rows(scores, m.clip_c1)
-    return clip_rows_ellipsoid(scores, scales)
 
 
 def split_coefficients(scenario: Scenario, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -107,14 +91,6 @@ def split_coefficients(scenario: Scenario, w: np.ndarray) -> tuple[np.ndarray, n
     if not m.intercept:
         return np.zeros(w.shape[:-1]), w
     return m.intercept_share * m.clip_c1 * w[..., 0], w[..., 1:]
-
-
-FDP_ADMM_MECHANISM = "fdp_admm_primal"
-
-
-def primal_release(client: int, round_: int, sensitivity: float, sigma: float) -> GaussianRelease:
-    """The ledger event of one FDP-ADMM primal release (replace-one; every engine records this)."""
-    return GaussianRelease(int(client), int(round_), float(sensitivity), float(sigma), mechanism=FDP_ADMM_MECHANISM)
 
 
 @dataclass(frozen=True)
@@ -256,6 +232,16 @@ def noise_plan(scenario: Scenario, basis: FunctionalBasis) -> NoisePlan:
     lam = basis.eigenvalues
     lam1 = float(np.max(lam)) if lam is not None and np.size(lam) else None
     return NoisePlan(scenario, model_dim(scenario, basis), lam1)
+
+
+def site_plan(scenario: Scenario, basis: FunctionalBasis):
+    """The :class:`~fdp_flower.algorithms.fdp_admm.site.SitePlan` of a run on ``basis``: the loss, G on
+    the clipped rows (in the noise metric), the noise shape and every round's noise multiplier z_l."""
+    from fdp_flower.algorithms.fdp_admm.site import SitePlan
+
+    plan = noise_plan(scenario, basis)
+    return SitePlan(loss=build_objective(scenario).loss, gradient_bound=plan.gradient_bound,
+                    scales=noise_scales(scenario, basis), noise_multipliers=plan.noise_multipliers, dim=plan.dim)
 
 
 def tail_start(scenario: Scenario) -> int:

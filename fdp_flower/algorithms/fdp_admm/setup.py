@@ -11,13 +11,12 @@ import numpy as np
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import (
     build_objective,
-    client_features,
     data_source,
-    grid_of,
     partition_sizes,
     split_coefficients,
 )
 from fdp_flower.algorithms.fdp_admm.reference import ReferenceSolution, pooled_objective, solve_reference
+from fdp_flower.algorithms.fdp_admm.site import site_features
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, Objective
 from fdp_flower.functional import bases, design
 from fdp_flower.functional.fpca import FunctionalBasis
@@ -38,6 +37,7 @@ class Evaluator:
     features: list[np.ndarray]
     responses: list[np.ndarray]
     reference: ReferenceSolution | None
+    source: object = None  # the data source (None: the scenario's)
 
     @cached_property
     def objective(self) -> Objective:
@@ -45,7 +45,8 @@ class Evaluator:
 
     @cached_property
     def beta(self) -> np.ndarray | None:
-        return data_source(self.scenario).true_beta(self.basis.grid)
+        source = self.source if self.source is not None else data_source(self.scenario)
+        return source.true_beta(self.basis.grid)
 
     def total_objective(self, w: np.ndarray) -> float:
         ob = self.objective
@@ -95,7 +96,7 @@ def available_memory() -> int | None:
         return None
 
 
-def simulation_memory(scenario: Scenario) -> int | None:
+def simulation_memory(scenario: Scenario, source=None) -> int | None:
     """Bytes a simulated run's setup holds at its peak, estimated from the design: the curves of
     one client's slice (m x G doubles) twice (generated and projected; :func:`simulation_setup`
     streams the slices), or of all n curves twice for a federated-DP basis, which keeps them; the
@@ -107,7 +108,8 @@ def simulation_memory(scenario: Scenario) -> int | None:
         return None
     n, points = int(data.n_samples), int(data.grid_points)
     kind = bases.basis_kind(scenario.basis)
-    held = n if kind.federated_phase else max(int(m) for m in partition_sizes(scenario))
+    sizes = partition_sizes(scenario) if source is None else source.partition_sizes()
+    held = n if kind.federated_phase else max(int(m) for m in sizes)
     return 8 * (2 * held * points + n * points + (4 * points * points if kind.needs_pooled_curves else 0))
 
 
@@ -128,18 +130,19 @@ def check_memory(scenario: Scenario, available: int | None = None) -> None:
 REFERENCE_AUTO_LIMIT = 200_000
 
 
-def simulation_setup(scenario: Scenario, *, with_reference: bool | None = None):
+def simulation_setup(scenario: Scenario, *, with_reference: bool | None = None, source=None):
     """Everything a simulated run needs: per-client data, basis, features, evaluator.
 
     Each client's slice is loaded (generated), projected and dropped in turn, so all curves of all
     clients are never held at once: a pooled basis is fitted in a first pass over the slices
     (:func:`fdp_flower.functional.fpca.fit_pooled_fpca_streamed`), the features in a second; only a
     federated-DP basis, built from every client's curves in process, keeps them.
-    ``with_reference``: solve the exact reference (None: only up to :data:`REFERENCE_AUTO_LIMIT` samples).
+    ``with_reference``: solve the exact reference (None: only up to :data:`REFERENCE_AUTO_LIMIT` samples);
+    ``source``: the data source (default: the scenario's; an in-memory source is passed by its holder).
     """
     check_memory(scenario)
-    sizes = partition_sizes(scenario)
-    source = data_source(scenario)
+    source = data_source(scenario) if source is None else source
+    sizes = source.partition_sizes()
     clients = range(len(sizes))
     kind = bases.basis_kind(scenario.basis)
     parts = None
@@ -147,19 +150,19 @@ def simulation_setup(scenario: Scenario, *, with_reference: bool | None = None):
         from fdp_flower.functional.federated_fpca import scenario_basis_in_process
 
         parts = [source.load(i) for i in clients]
-        basis, _releases = scenario_basis_in_process(scenario, [p.curves for p in parts], grid_of(scenario))
+        basis, _releases = scenario_basis_in_process(scenario, [p.curves for p in parts], source.grid())
     elif kind.needs_pooled_curves:
         from fdp_flower.functional.fpca import fit_pooled_fpca_streamed
 
         b = scenario.basis
-        basis = fit_pooled_fpca_streamed((source.load(i).curves for i in clients), grid_of(scenario),
+        basis = fit_pooled_fpca_streamed((source.load(i).curves for i in clients), source.grid(),
                                          n_components=b.n_components, explained_variance=b.explained_variance)
     else:
-        basis = bases.build_basis(scenario.basis, grid_of(scenario), None)
+        basis = bases.build_basis(scenario.basis, source.grid(), None)
     feats, clipped, responses = [], [], []
     for i in clients:
         part = parts[i] if parts is not None else source.load(i)
-        f, c = client_features(scenario, basis, part)
+        f, c = site_features(scenario, basis, part)
         feats.append(f)
         clipped.append(c)
         responses.append(part.response)
@@ -174,7 +177,7 @@ def simulation_setup(scenario: Scenario, *, with_reference: bool | None = None):
         started = time.perf_counter()
         reference = solve_reference(list(feats), responses, ob.loss, ob.penalty, ob.lam)
         log.info("exact reference solved in %.1fs (n = %d)", time.perf_counter() - started, int(np.sum(sizes)))
-    evaluator = Evaluator(scenario, basis, feats, responses, reference)
+    evaluator = Evaluator(scenario, basis, feats, responses, reference, source)
     return sizes, basis, feats, responses, clipped, evaluator
 
 

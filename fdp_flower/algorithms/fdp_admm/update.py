@@ -36,31 +36,33 @@ class Objective:
                 + (self.lam / self.num_clients) * self.penalty.value(w))
 
 
-def stack_clients(features: list[np.ndarray], responses: list[np.ndarray]):
-    """(M, m_max, K) features, (M, m_max) responses and a mask (None when sizes are equal)."""
-    sizes = [len(y) for y in responses]
-    if len(set(sizes)) == 1:
-        return np.stack(features), np.stack(responses), None
-    m_max, dim = max(sizes), features[0].shape[1]
-    f = np.zeros((len(sizes), m_max, dim))
-    y = np.zeros((len(sizes), m_max))
-    mask = np.zeros((len(sizes), m_max))
-    for i, (a, r) in enumerate(zip(features, responses)):
-        f[i, : len(r)], y[i, : len(r)], mask[i, : len(r)] = a, r, 1.0
-    return f, y, mask
+def server_primal_step(*, objective: Objective, noisy_primal, global_w, dual, descent, eta, rho) -> np.ndarray:
+    """The server's step from a client's released descent term d~_i, docs/algorithms.md, eq. (1.2):
+
+    w_i^l = (g_i^{l-1} + rho w^{l-1} + wt_i^{l-1} / eta + d~_i - (lam/M) P'(wt_i^{l-1})) / (rho + 1/eta),
+
+    d~_i = -(1/m_i) sum_j grad l(wt_i^{l-1}; a_ij, y_ij) + noise (:mod:`fdp_flower.algorithms.fdp_admm.site`,
+    eq. (1.3)).  Everything but d~_i is public (the penalty's subgradient at the public point too), so this
+    is post-processing.  Broadcasts over leading (configuration, client) axes like :func:`client_primal_step`.
+    """
+    penalty = (objective.lam / objective.num_clients) * objective.penalty.subgradient(noisy_primal)
+    eta = np.asarray(eta, dtype=float)
+    return (dual + rho * global_w + noisy_primal / eta + descent - penalty) / (rho + 1.0 / eta)
 
 
 def client_primal_step(*, objective: Objective, noisy_primal, global_w, dual, features, response,
                        eta, rho, mask=None) -> np.ndarray:
-    """Linearized local update, docs/algorithms.md, eq. (1.2) (Zhou & Xiang 2022, eq. in Sec. 5.1):
+    """The noise-free linearized local update, docs/algorithms.md, eq. (1.2) (Zhou & Xiang 2022, eq. in Sec. 5.1):
 
-    w_i^l = (g_i^{l-1} + rho w^{l-1} + wt_i^{l-1} / eta - f_i'(wt_i^{l-1})) / (rho + 1/eta).
-    ``eta`` broadcasts over the client axis (shape (..., 1) or scalar); so does ``rho``, the round's
-    penalty rho^l (a scalar, or (..., 1, 1) for one rho per configuration: eq. (1.16)).
+    w_i^l = (g_i^{l-1} + rho w^{l-1} + wt_i^{l-1} / eta - f_i'(wt_i^{l-1})) / (rho + 1/eta),
+    i.e. :func:`server_primal_step` with the noise-free descent term.  ``eta`` broadcasts over the client
+    axis (shape (..., 1) or scalar); so does ``rho``, the round's penalty rho^l (a scalar, or (..., 1, 1)
+    for one rho per configuration: eq. (1.16)).  The engines never call this with data: a site releases
+    its noisy descent term and the server steps; tests and the audit use it as the reference.
     """
-    s = objective.local_subgradient(noisy_primal, features, response, mask)
-    eta = np.asarray(eta, dtype=float)
-    return (dual + rho * global_w + noisy_primal / eta - s) / (rho + 1.0 / eta)
+    s = objective.loss.mean_subgradient(noisy_primal, features, response, mask)
+    return server_primal_step(objective=objective, noisy_primal=noisy_primal, global_w=global_w, dual=dual,
+                              descent=-s, eta=eta, rho=rho)
 
 
 def primal_sensitivity(*, gradient_bound: float, m, rho: float, eta) -> np.ndarray:

@@ -1,29 +1,35 @@
 """Typed configuration of DP-ADMM / DP-AccADMM runs (Xu et al. 2020; docs/algorithms.md, section 5), pydantic v2.
 
-Models to wire into :mod:`fdp_flower.algorithms.fdp_admm.config`'s unions (all frozen, ``extra="forbid"``,
-discriminated on ``kind``):
+All models are frozen with ``extra="forbid"`` (:class:`fdp_flower.config.base._Frozen`); the variants are
+unions tagged by ``kind`` (:func:`fdp_flower.config.base.tagged_union`; a section without ``kind`` takes
+the first):
 
 * algorithms: :class:`DPADMMConfig` (``kind="dp_admm"``), :class:`DPAccADMMConfig`
   (``kind="dp_acc_admm"``);
 * constraint matrix A: :class:`GraphGuidedConstraint` (``"graph_guided"``), :class:`LassoConstraint`
   (``"lasso"``), :class:`UserConstraint` (``"user"``);
-* data sources: :class:`AdultA9AData` (``"adult_a9a"``), :class:`BreastCancerData` (``"breast_cancer"``);
+* data sources (one class each in :mod:`fdp_flower.data.sources`): :class:`AdultA9AData` (``"adult_a9a"``),
+  :class:`BreastCancerData` (``"breast_cancer"``), :class:`ArraysData` (``"arrays"``);
+* the penalty lam ||A x||_1: ``model.penalty`` (:class:`GeneralizedLassoPenalty`, kind ``l1`` and the
+  weight ``lam``, the name every family uses) applied to A x, A from ``model.constraint``;
 * :class:`GradientADMMScenario`, a complete run description for these algorithms, used by the
   YAML files ``scenarios/dp_admm_*.yaml`` (:func:`load_gradient_admm_scenario`).
+
+Renamed fields fail in one line naming the new one (:data:`RENAMED`, e.g. ``model.lam: renamed to
+model.penalty.lam``).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from fdp_flower.config.base import read_yaml_file, validate_mapping
-from fdp_flower.config.sections import LossConfig, OutputConfig
+from fdp_flower.config.base import _Frozen, read_yaml_file, refuse_renamed, tagged_union, validate_mapping
+from fdp_flower.config.sections import FederationConfig, LossConfig, OutputConfig
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+#: old dotted field -> its new name (the scenario refuses the old one in one line)
+RENAMED = {"model.lam": "model.penalty.lam"}
 
 
 # ---------------------------------------------------------------- data sources
@@ -66,7 +72,7 @@ class ArraysData(_Frozen):
         return self
 
 
-TabularDataSource = Annotated[Union[AdultA9AData, BreastCancerData, ArraysData], Field(discriminator="kind")]
+TabularDataSource = tagged_union(AdultA9AData, BreastCancerData, ArraysData, default="adult_a9a")
 
 
 # ---------------------------------------------------------------- constraint matrix A
@@ -91,16 +97,24 @@ class UserConstraint(_Frozen):
     path: str = Field(..., min_length=1, description="file holding A (.npy, or .csv with commas)")
 
 
-ConstraintConfig = Annotated[Union[GraphGuidedConstraint, LassoConstraint, UserConstraint],
-                             Field(discriminator="kind")]
+ConstraintConfig = tagged_union(GraphGuidedConstraint, LassoConstraint, UserConstraint, default="graph_guided")
+
+
+class GeneralizedLassoPenalty(_Frozen):
+    """The penalty lam ||A x||_1 of the generalized lasso: the l1 norm (``kind: l1``, the one kind) of A x,
+    A from ``model.constraint`` (A = I: the plain lasso), weighted by ``lam`` -- the field every family
+    names the penalty weight with (``model.penalty.lam``, the run-config key ``lam``)."""
+
+    kind: Literal["l1"] = Field("l1", description="P = ||.||_1 applied to A x (the generalized lasso)")
+    lam: float = Field(1.0e-3, ge=0, le=1.0e3, description="lambda: weight of ||A x||_1")
 
 
 class GeneralizedLassoModel(_Frozen):
     """min_x (1/n) sum_j l(x; a_j, y_j) + lam ||A x||_1."""
 
     loss: LossConfig = LossConfig(kind="logistic")
-    lam: float = Field(1.0e-3, ge=0, le=1.0e3, description="lambda: weight of ||A x||_1")
-    constraint: ConstraintConfig = GraphGuidedConstraint()
+    penalty: GeneralizedLassoPenalty = Field(GeneralizedLassoPenalty(), description="lam ||A x||_1")
+    constraint: ConstraintConfig = Field(GraphGuidedConstraint(), description="the matrix A of ||A x||_1")
     clip_c1: float = Field(1.0, gt=0, le=1.0e6, description="c1: client-side row-norm clip of the features")
 
 
@@ -133,7 +147,7 @@ class DPAccADMMConfig(_GradientADMMBase):
                           "(O'Donoghue & Candes 2015); false is the paper's algorithm")
 
 
-GradientAlgorithm = Annotated[Union[DPADMMConfig, DPAccADMMConfig], Field(discriminator="kind")]
+GradientAlgorithm = tagged_union(DPADMMConfig, DPAccADMMConfig, default="dp_admm")
 
 
 class GradientPrivacyConfig(_Frozen):
@@ -144,21 +158,23 @@ class GradientPrivacyConfig(_Frozen):
     delta: float = Field(1.0e-3, gt=0, lt=1, description="total delta (the paper: 1e-3)")
 
 
-class GradientFederationConfig(_Frozen):
-    num_clients: int = Field(10, ge=1, le=10_000, description="M: number of clients (random equal split)")
-
-
 class GradientADMMScenario(_Frozen):
     """A complete DP-(Acc)ADMM run."""
 
     name: str = Field("dp_admm", min_length=1, max_length=200, description="name used for result files")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds the split and the noise")
     data: TabularDataSource = AdultA9AData()
-    federation: GradientFederationConfig = GradientFederationConfig()
+    federation: FederationConfig = FederationConfig()
     model: GeneralizedLassoModel = GeneralizedLassoModel()
     algorithm: GradientAlgorithm = DPADMMConfig()
     privacy: GradientPrivacyConfig = GradientPrivacyConfig()
     output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        refuse_renamed(data, RENAMED)
+        return data
 
     @model_validator(mode="after")
     def _consistent(self):

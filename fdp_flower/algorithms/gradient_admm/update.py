@@ -12,8 +12,8 @@ Iteration t (Xu et al. 2020, Algorithm 2 and 3; docs/algorithms.md, section 5):
 
 * y_t = argmin_y g(y) + (rho/2) ||A xh_{t-1} - y + uh_{t-1}||^2 = S_{lam/rho}(A xh_{t-1} + uh_{t-1})
   (eq. (3), soft-thresholding for B = -I);
-* client i releases grad_i = grad f_i(xh_{t-1}) + N(0, s_i^2 I) (gradient perturbation), the server
-  forms grad = sum_i (m_i / n) grad_i;
+* client i releases grad_i = grad f_i(xh_{t-1}) + N(0, s_i^2 I) (gradient perturbation; its site
+  function, :mod:`fdp_flower.algorithms.gradient_admm.site`), the server forms grad = sum_i (m_i / n) grad_i;
 * x_t = xh_{t-1} - (eta/gam) (grad + rho A^T (A xh_{t-1} - y_t + uh_{t-1})) (closed form of eq. (7),
   with G = gam I - eta rho A^T A and gam >= eta rho ||A^T A||_2 + 1 so that G >= I);
 * u_t = uh_{t-1} + A x_t - y_t (eq. (5));
@@ -27,20 +27,19 @@ released mean divides by the record count, so adding or removing a record also c
 denominator and the sensitivity is 2c/m under both relations (:func:`gradient_sensitivity`).  In the
 federated (local-DP) form every client calibrates with its own m_i.
 
-All functions are pure numpy; randomness comes from an explicit ``np.random.Generator``
-(per release: :func:`fdp_flower.privacy.mechanisms.release_rng`).
+All functions are pure numpy and draw no noise: the only code that draws it is the site function
+(:mod:`fdp_flower.algorithms.gradient_admm.site`); the server's side of a round is
+:mod:`fdp_flower.algorithms.gradient_admm.protocol`.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 from fdp_flower.privacy import GaussianRelease, PrivacyLedger
-from fdp_flower.privacy.mechanisms import add_gaussian_noise, release_rng
 
 Neighbouring = Literal["replace_one", "add_remove"]
 MECHANISM = "gaussian_gradient"
@@ -171,6 +170,27 @@ def theorem1_sigma(sensitivity, *, rounds: int, eps: float, delta: float, mu: fl
     return np.asarray(sensitivity, dtype=float) * math.sqrt(alpha * rounds / (2.0 * eps * mu))
 
 
+@dataclass(frozen=True)
+class GradientPrivacy:
+    """Theorem 1 of Xu et al. (2020): a total (eps, delta) over a run's T releases per client, the split
+    mu and the neighbouring relation the guarantee is stated for."""
+
+    eps: float
+    delta: float
+    mu: float = 0.5
+    neighbouring: Neighbouring = "add_remove"
+
+    @property
+    def alpha(self) -> float:
+        return theorem1_alpha(self.eps, self.delta, self.mu)
+
+    def calibration(self, gradient_bound: float, m, rounds: int):
+        """(Delta_i, sigma_i) of a client of size ``m`` (or an array of sizes) in a run of ``rounds`` releases:
+        Delta_i = 2c/m_i (:func:`gradient_sensitivity`) and Theorem 1's sigma_i (:func:`theorem1_sigma`)."""
+        sensitivity = gradient_sensitivity(gradient_bound, m, self.neighbouring)
+        return sensitivity, theorem1_sigma(sensitivity, rounds=rounds, eps=self.eps, delta=self.delta, mu=self.mu)
+
+
 def _check_budget(eps: float, delta: float, mu: float) -> None:
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps must be finite and > 0, got {eps}")
@@ -231,33 +251,6 @@ def privacy_report(ledger: PrivacyLedger, *, delta: float, alpha: float | None =
         reports.append(NeighbouringReport(relation, worst, s.releases, delta, eps_t1, s.eps_rdp, s.eps_zcdp,
                                           s.eps_pld))
     return reports
-
-
-# ---------------------------------------------------------------- client side
-def local_gradient(loss, x: np.ndarray, features: np.ndarray, response: np.ndarray) -> np.ndarray:
-    """grad f_i(x) = (1/m_i) sum_j grad l(x; a_ij, y_ij) (sub-gradient for non-smooth losses)."""
-    return loss.mean_subgradient(x, features, response)
-
-
-def client_release(*, loss, x_hat: np.ndarray, features: np.ndarray, response: np.ndarray, sigma: float | None,
-                   seed: int, client: int, round_: int, rng: Callable[[], np.random.Generator] | None = None
-                   ) -> np.ndarray:
-    """What client ``client`` sends in round ``round_``: grad f_i(xh) + N(0, sigma^2 I).
-
-    ``sigma`` None means privacy off (no noise, nothing to record).  The noise
-    comes from ``release_rng(seed, client, round_)`` so every engine draws the
-    same values, or from ``rng()`` if given (called once the noise-free gradient is
-    computed: the site's policy and ledger, :mod:`fdp_flower.clients.site`).  Rows of
-    ``features`` must already be clipped to ||a|| <= c1; ``response`` is checked against the loss
-    (``loss.check_response``: labels in {-1, +1} for the logistic loss) before anything is computed.
-    """
-    check = getattr(loss, "check_response", None)
-    if check is not None:
-        check(response)
-    grad = local_gradient(loss, x_hat, features, response)
-    if sigma is None:
-        return grad
-    return add_gaussian_noise(grad, sigma, release_rng(seed, client, round_) if rng is None else rng())
 
 
 # ---------------------------------------------------------------- objective, metrics

@@ -1,79 +1,99 @@
-"""Typed, frozen configuration of the peer-to-peer mode (pydantic v2; docs/algorithms.md, sections 3 and 4).
+"""Typed, frozen scenario schema of the peer-to-peer family (pydantic v2; docs/p2p.md, docs/algorithms.md,
+sections 3 and 4).  Schema only: :mod:`fdp_flower.algorithms.p2p.plan` turns a scenario into a graph, a
+problem and a resolved algorithm.
 
-Topologies, data sources and algorithms are discriminated unions on ``kind``;
-every field is described and bounded, unknown fields are errors and validators
-only raise.  ``P2PScenario`` is a complete peer-to-peer run; its privacy section
-is the project's :class:`fdp_flower.algorithms.fdp_admm.config.PrivacyConfig` (mode ``total``:
-(eps, delta) for the whole run per node, the schedule scaled to meet it by the
-zCDP composition; mode ``per_round``: (eps, delta) for the first step's budget
-rho_1, the schedule then fixing the rest).
+The sections are the ones every family shares (:mod:`fdp_flower.config.sections`): ``federation.num_clients``
+is the number of graph nodes, ``model`` holds the per-sample loss (``model.loss``), the penalty and its weight
+(``model.penalty``, ``model.penalty.lam``), the row clip ``model.clip_c1`` and the intercept, ``algorithm.rounds``
+the number of rounds, ``privacy``, ``faults`` and ``output`` are the shared sections.  What is peer-to-peer only
+is ``topology`` (the communication graph on the ``federation.num_clients`` nodes) and the algorithms' own
+parameters.  Variants are tagged unions on ``kind``; unknown fields are errors, and a field of the earlier
+schema fails in one line naming its new place (:data:`RENAMED_FIELDS`).
+
+The data source fixes the default model (:func:`default_model`): Gauthier et al.'s (2023) synthetic problems
+their loss and penalty, the classification sets Ding et al.'s (2019) logistic loss + Lambda ||x||^2, which is
+the shared penalty ``elastic_net`` with ``lam1: 0``, ``lam2: 1`` and ``lam`` = Lambda.  A scenario's ``model``
+section is merged over that default, so ``--set model.penalty.lam=...`` (or the typed run-config key ``lam``)
+changes the weight and keeps the penalty.
 """
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from fdp_flower.algorithms.p2p import budget as _budget
-from fdp_flower.algorithms.p2p.node import P2PAlgorithm
-from fdp_flower.config.base import apply_overrides, read_yaml_file, validate_mapping
-from fdp_flower.config.sections import ConstantStep, InvSqrtStep, InvStep, OutputConfig, PrivacyConfig
-from fdp_flower.core.schedules import StepSchedule
+from fdp_flower.config.base import (
+    _Frozen,
+    apply_overrides,
+    read_yaml_file,
+    refuse_renamed,
+    tagged_union,
+    validate_mapping,
+)
+from fdp_flower.config.sections import (
+    ConstantStep,
+    FaultsConfig,
+    FederationConfig,
+    InvSqrtStep,
+    InvStep,
+    LossConfig,
+    OutputConfig,
+    PenaltyConfig,
+    PrivacyConfig,
+)
+
+#: The fields of the earlier peer-to-peer schema and where they are now (a scenario that still uses one fails
+#: with one line naming the new field; docs/p2p.md, "Scenario files").
+RENAMED_FIELDS: dict[str, str] = {
+    "algorithm.steps": "algorithm.rounds",
+    "topology.num_nodes": "federation.num_clients",
+    "data.lam": "model.penalty.lam",
+    "data.reg": "model.penalty.lam",
+    "data.lam1": "model.penalty.lam1",
+    "data.lam2": "model.penalty.lam2",
+    "data.penalty": "model.penalty.kind",
+    "data.loss": "model.loss.kind",
+    "data.tau": "model.loss.tau",
+    "data.residual_bound": "model.loss.residual_bound",
+    "data.c1": "model.clip_c1",
+    "data.intercept": "model.intercept",
+    "data.intercept_share": "model.intercept_share",
+}
+
+#: Graph size bounds (``federation.num_clients`` of a peer-to-peer scenario).
+MIN_NODES, MAX_NODES = 2, 10_000
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-_NODES = dict(ge=2, le=10_000, description="number of nodes N")
-
-
-# ---------------------------------------------------------------- topologies
+# ---------------------------------------------------------------- topologies (on federation.num_clients nodes)
 class RingTopology(_Frozen):
     """Cycle 0-1-...-(N-1)-0."""
 
     kind: Literal["ring"] = "ring"
-    num_nodes: int = Field(20, **_NODES)
 
 
 class CompleteTopology(_Frozen):
     kind: Literal["complete"] = "complete"
-    num_nodes: int = Field(20, **_NODES)
 
 
 class StarTopology(_Frozen):
     kind: Literal["star"] = "star"
-    num_nodes: int = Field(20, **_NODES)
-    center: int = Field(0, ge=0, description="the hub node")
-
-    @model_validator(mode="after")
-    def _center(self):
-        if self.center >= self.num_nodes:
-            raise ValueError(f"center ({self.center}) must be < num_nodes ({self.num_nodes})")
-        return self
+    center: int = Field(0, ge=0, description="the hub node (< federation.num_clients)")
 
 
 class RandomRegularTopology(_Frozen):
     """Random k-regular graph, resampled until connected."""
 
     kind: Literal["random_regular"] = "random_regular"
-    num_nodes: int = Field(20, **_NODES)
-    degree: int = Field(4, ge=1, le=9_999, description="k, the degree of every node (N k even)")
-
-    @model_validator(mode="after")
-    def _degree(self):
-        if self.degree >= self.num_nodes or (self.num_nodes * self.degree) % 2:
-            raise ValueError("degree must be < num_nodes and num_nodes * degree even")
-        return self
+    degree: int = Field(4, ge=1, le=9_999, description="k, the degree of every node (N k even, k < N)")
 
 
 class ErdosRenyiTopology(_Frozen):
     """G(N, p) resampled until connected; give p or the expected average degree (p = d / (N - 1))."""
 
     kind: Literal["erdos_renyi"] = "erdos_renyi"
-    num_nodes: int = Field(20, **_NODES)
     p: float | None = Field(None, gt=0, le=1, description="edge probability")
     average_degree: float | None = Field(4.0, gt=0, description="expected degree; p = average_degree / (N - 1)")
     max_tries: int = Field(1000, ge=1, le=1_000_000, description="draws before giving up on connectivity")
@@ -82,28 +102,18 @@ class ErdosRenyiTopology(_Frozen):
     def _one(self):
         if (self.p is None) == (self.average_degree is None):
             raise ValueError("give exactly one of p and average_degree")
-        if self.average_degree is not None and self.average_degree > self.num_nodes - 1:
-            raise ValueError(f"average_degree must be <= num_nodes - 1 = {self.num_nodes - 1}")
         return self
 
-    @property
-    def edge_probability(self) -> float:
-        return self.p if self.p is not None else self.average_degree / (self.num_nodes - 1)
+    def edge_probability(self, num_nodes: int) -> float:
+        return self.p if self.p is not None else self.average_degree / (num_nodes - 1)
 
 
 class SmallWorldTopology(_Frozen):
     """Watts-Strogatz small world, resampled until connected."""
 
     kind: Literal["small_world"] = "small_world"
-    num_nodes: int = Field(20, **_NODES)
-    k: int = Field(4, ge=2, description="even lattice degree (k/2 neighbours each side)")
+    k: int = Field(4, ge=2, description="even lattice degree (k/2 neighbours each side, k < N)")
     beta: float = Field(0.2, ge=0, le=1, description="rewiring probability")
-
-    @model_validator(mode="after")
-    def _k(self):
-        if self.k % 2 or self.k >= self.num_nodes:
-            raise ValueError("k must be even and < num_nodes")
-        return self
 
 
 class Paper004Topology(_Frozen):
@@ -111,60 +121,55 @@ class Paper004Topology(_Frozen):
 
     kind: Literal["paper004_five"] = "paper004_five"
 
-    @property
-    def num_nodes(self) -> int:
-        return 5
+    #: the graph's fixed number of nodes (``federation.num_clients`` must be this)
+    fixed_nodes: ClassVar[int] = 5
 
 
 class CustomTopology(_Frozen):
-    """A user-given edge list (a disconnected one is refused when built)."""
+    """A user-given edge list on the ``federation.num_clients`` nodes (a disconnected one is refused when built)."""
 
     kind: Literal["custom"] = "custom"
-    num_nodes: int = Field(..., **_NODES)
     edges: list[tuple[int, int]] = Field(..., min_length=1, description="undirected edges [i, j], 0-based")
 
 
-TopologyConfig = Annotated[Union[RingTopology, CompleteTopology, StarTopology, RandomRegularTopology,
-                                 ErdosRenyiTopology, SmallWorldTopology, Paper004Topology, CustomTopology],
-                           Field(discriminator="kind")]
+TopologyConfig = tagged_union(RingTopology, CompleteTopology, StarTopology, RandomRegularTopology,
+                              ErdosRenyiTopology, SmallWorldTopology, Paper004Topology, CustomTopology,
+                              default="erdos_renyi")
 
 
-def build_graph(cfg, seed: int):
-    """The :class:`fdp_flower.algorithms.p2p.topology.Graph` of a topology config; random ones use ``graph_rng(seed)``."""
-    from fdp_flower.algorithms.p2p import topology as t
+def check_topology(topology, num_nodes: int) -> None:
+    """One-line ``ValueError`` when ``topology`` cannot be built on ``num_nodes`` nodes."""
+    if topology.kind == "paper004_five" and num_nodes != Paper004Topology.fixed_nodes:
+        raise ValueError(f"federation.num_clients = {num_nodes}: the paper004_five graph has "
+                         f"{Paper004Topology.fixed_nodes} nodes")
+    if topology.kind == "star" and topology.center >= num_nodes:
+        raise ValueError(f"topology.center ({topology.center}) must be < federation.num_clients ({num_nodes})")
+    if topology.kind == "random_regular" and (topology.degree >= num_nodes or (num_nodes * topology.degree) % 2):
+        raise ValueError(f"topology.degree ({topology.degree}) must be < federation.num_clients ({num_nodes}) "
+                         "and their product even")
+    if topology.kind == "erdos_renyi" and topology.average_degree is not None \
+            and topology.average_degree > num_nodes - 1:
+        raise ValueError(f"topology.average_degree must be <= federation.num_clients - 1 = {num_nodes - 1}")
+    if topology.kind == "small_world" and (topology.k % 2 or topology.k >= num_nodes):
+        raise ValueError(f"topology.k ({topology.k}) must be even and < federation.num_clients ({num_nodes})")
+    if topology.kind == "custom":
+        outside = [e for e in topology.edges if not all(0 <= v < num_nodes for v in e)]
+        if outside:
+            raise ValueError(f"topology.edges: edge {list(outside[0])} names a node outside "
+                             f"0..{num_nodes - 1} (federation.num_clients = {num_nodes})")
 
-    rng = t.graph_rng(seed)
-    if cfg.kind == "ring":
-        return t.ring(cfg.num_nodes)
-    if cfg.kind == "complete":
-        return t.complete(cfg.num_nodes)
-    if cfg.kind == "star":
-        return t.star(cfg.num_nodes, cfg.center)
-    if cfg.kind == "random_regular":
-        return t.random_regular(cfg.num_nodes, cfg.degree, rng)
-    if cfg.kind == "erdos_renyi":
-        return t.erdos_renyi(cfg.num_nodes, cfg.edge_probability, rng, max_tries=cfg.max_tries)
-    if cfg.kind == "small_world":
-        return t.small_world(cfg.num_nodes, cfg.k, cfg.beta, rng)
-    if cfg.kind == "paper004_five":
-        return t.paper004_five()
-    return t.from_edges(cfg.num_nodes, cfg.edges)
 
-
-# ---------------------------------------------------------------- data
+# ---------------------------------------------------------------- data (rows and responses only)
 class SyntheticRegressionData(_Frozen):
-    """Gauthier et al.'s (2023) synthetic problems: y_i = A_i x0 + e_i at every node (see p2p.problems)."""
+    """Gauthier et al.'s (2023) synthetic problems: y_i = A_i x0 + e_i at every node (see p2p.problems).  The
+    ``problem`` fixes how the data are drawn (a sparse x0 for elastic net, Laplace noise for LAD) and the
+    default model (:func:`default_model`)."""
 
     kind: Literal["synthetic_regression"] = "synthetic_regression"
-    problem: Literal["elastic_net", "lad", "ridge"] = Field("lad", description="loss + penalty")
+    problem: Literal["elastic_net", "lad", "ridge"] = Field("lad", description="data design and default model")
     samples_per_node: int = Field(100, ge=1, le=1_000_000, description="m_i")
     dim: int = Field(10, ge=1, le=10_000, description="K, the number of features")
     noise: float = Field(0.1, ge=0, le=100, description="sd (Gaussian) or scale (Laplace, LAD) of e")
-    c1: float = Field(1.5, gt=0, le=1e6, description="row-norm clip of the features")
-    residual_bound: float = Field(2.0, gt=0, le=1e6, description="R of the squared loss's gradient clip")
-    lam: float = Field(0.1, ge=0, le=1e6, description="penalty weight in sum_i f_i (elastic net, ridge)")
-    lam1: float = Field(1.0, ge=0, le=1e6, description="elastic net: weight of ||x||_1 inside P")
-    lam2: float = Field(0.5, ge=0, le=1e6, description="elastic net: weight of ||x||^2 inside P")
     heterogeneity: float = Field(0.0, ge=0, le=100, description="h: node i observes x0 + h N(0, I) (0: iid)")
 
 
@@ -174,9 +179,10 @@ class P2PAdultData(_Frozen):
     kind: Literal["adult_nodes"] = "adult_nodes"
     samples_per_node: int = Field(8000, ge=1, le=45_000, description="|D_i|")
     test_samples: int = Field(1000, ge=1, le=45_000, description="test rows drawn from the remaining data")
-    reg: float = Field(1.0e-3, ge=0, le=1e6, description="Lambda of R(x) = Lambda ||x||^2")
-    c1: float = Field(1.0, gt=0, le=1e6, description="row-norm clip")
     path: str | None = Field(None, description="directory with adult.data/adult.test; null: the wheel's copy")
+
+    #: rows of the pooled, complete-case data
+    rows: ClassVar[int] = 45_222
 
 
 class P2PBreastCancerData(_Frozen):
@@ -185,8 +191,8 @@ class P2PBreastCancerData(_Frozen):
     kind: Literal["breast_cancer_nodes"] = "breast_cancer_nodes"
     samples_per_node: int = Field(90, ge=1, le=569, description="|D_i|")
     test_samples: int = Field(119, ge=1, le=568, description="test rows")
-    reg: float = Field(1.0e-3, ge=0, le=1e6, description="Lambda of R(x) = Lambda ||x||^2")
-    c1: float = Field(1.0, gt=0, le=1e6, description="row-norm clip")
+
+    rows: ClassVar[int] = 569
 
 
 class P2PArraysData(_Frozen):
@@ -198,17 +204,6 @@ class P2PArraysData(_Frozen):
     paths: list[str] = Field(..., min_length=2, max_length=10_000, description="one .npz per node")
     digests: list[str] | None = Field(None, max_length=10_000, description="SHA-256 (hex) of each file; null: "
                                       "not checked")
-    loss: Literal["quantile", "absolute", "logistic", "squared"] = Field("quantile", description="per-sample loss")
-    tau: float = Field(0.5, gt=0, lt=1, description="quantile level (quantile loss)")
-    residual_bound: float = Field(1.0, gt=0, le=1e6, description="R of the squared loss's gradient clip")
-    penalty: Literal["l1", "l2", "elastic_net", "scad", "mcp", "none"] = Field("none", description="penalty P")
-    lam: float = Field(0.0, ge=0, le=1e6, description="penalty weight in sum_i f_i")
-    lam1: float = Field(1.0, ge=0, le=1e6, description="elastic net: weight of ||x||_1 inside P")
-    lam2: float = Field(1.0, ge=0, le=1e6, description="elastic net: weight of ||x||^2 inside P")
-    c1: float = Field(1.0, gt=0, le=1e6, description="row-norm clip of the features (intercept column included)")
-    intercept: bool = Field(False, description="prepend the public column c0 = intercept_share c1 to every row "
-                            "(features clipped to the room left, G unchanged; left out of P)")
-    intercept_share: float = Field(0.5, gt=0, lt=1, description="c0 / c1 of the intercept column")
 
     @model_validator(mode="after")
     def _digests(self):
@@ -217,35 +212,60 @@ class P2PArraysData(_Frozen):
         return self
 
 
-P2PDataSource = Annotated[Union[SyntheticRegressionData, P2PAdultData, P2PBreastCancerData, P2PArraysData],
-                          Field(discriminator="kind")]
+P2PDataSource = tagged_union(SyntheticRegressionData, P2PAdultData, P2PBreastCancerData, P2PArraysData,
+                             default="synthetic_regression")
 
 
-def build_problem(cfg, num_nodes: int, seed: int, *, with_reference: bool = True):
-    """The :class:`fdp_flower.algorithms.p2p.problems.NetworkProblem` of a data config (data stream of ``seed``)."""
-    from fdp_flower.algorithms.p2p import problems as p
+# ---------------------------------------------------------------- model (the shared loss and penalty sections)
+class P2PModelConfig(_Frozen):
+    """The local objective f_i(x) = (1/m_i) sum_j l(x; a_ij, y_ij) + (lam/N) P(x) of every node (docs/algorithms.md,
+    section 0) and the row clip its sensitivity rests on.  Defaults come from the data source
+    (:func:`default_model`)."""
 
-    rng = p.data_rng(seed)
-    if cfg.kind == "synthetic_regression":
-        return p.synthetic_problem(cfg.problem, num_nodes=num_nodes, samples_per_node=cfg.samples_per_node,
-                                   dim=cfg.dim, noise=cfg.noise, c1=cfg.c1, residual_bound=cfg.residual_bound,
-                                   lam=cfg.lam, lam1=cfg.lam1, lam2=cfg.lam2, heterogeneity=cfg.heterogeneity, rng=rng,
-                                   with_reference=with_reference)
-    if cfg.kind == "arrays":
-        if len(cfg.paths) != num_nodes:
-            raise ValueError(f"data.paths names {len(cfg.paths)} files for a graph of {num_nodes} nodes")
-        return p.arrays_problem(cfg, with_reference=with_reference)
-    if cfg.kind == "adult_nodes":
-        return p.adult_problem(num_nodes=num_nodes, samples_per_node=cfg.samples_per_node,
-                               test_samples=cfg.test_samples, reg=cfg.reg, c1=cfg.c1, rng=rng, path=cfg.path,
-                               with_reference=with_reference)
-    return p.breast_cancer_problem(num_nodes=num_nodes, samples_per_node=cfg.samples_per_node,
-                                   test_samples=cfg.test_samples, reg=cfg.reg, c1=cfg.c1, rng=rng,
-                                   with_reference=with_reference)
+    loss: LossConfig = Field(LossConfig(), description="per-sample loss l")
+    penalty: PenaltyConfig = Field(PenaltyConfig(kind="none", lam=0.0), description="penalty P and its weight lam")
+    clip_c1: float = Field(1.0, gt=0, le=1e6, description="c1: row-norm clip of every node's features (intercept "
+                                                        "column included)")
+    intercept: bool = Field(False, description="arrays data: prepend the public column c0 = intercept_share c1 to "
+                            "every row (features clipped to the room left, G unchanged; left out of P)")
+    intercept_share: float = Field(0.5, gt=0, lt=1, description="c0 / c1 of the intercept column")
+
+
+def default_model(data: dict[str, Any]) -> dict[str, Any]:
+    """The model section a data source implies (as a mapping; a scenario's own ``model`` is merged over it).
+
+    Synthetic problems (Gauthier et al. 2023): LAD = absolute loss, no penalty; ridge = squared loss with
+    residual clip R = 2 + lam ||x||^2 / 2 (``l2``), lam = 0.1; elastic net = the same loss + lam (lam2 ||x||^2 +
+    lam1 ||x||_1), lam = 0.1, lam1 = 1, lam2 = 0.5; rows clipped to c1 = 1.5.  Adult and breast-cancer (Ding et
+    al. 2019): logistic loss + R(x) = Lambda ||x||^2, i.e. ``elastic_net`` with lam1 = 0, lam2 = 1 and
+    lam = Lambda = 1e-3; c1 = 1.  Arrays: quantile loss (tau = 0.5), no penalty, c1 = 1.
+    """
+    kind = data.get("kind", "synthetic_regression")
+    if kind == "synthetic_regression":
+        problem = data.get("problem", "lad")
+        if problem == "lad":
+            return {"loss": {"kind": "absolute"}, "penalty": {"kind": "none", "lam": 0.0}, "clip_c1": 1.5}
+        squared = {"kind": "squared", "residual_bound": 2.0}
+        if problem == "ridge":
+            return {"loss": squared, "penalty": {"kind": "l2", "lam": 0.1}, "clip_c1": 1.5}
+        return {"loss": squared, "penalty": {"kind": "elastic_net", "lam": 0.1, "lam1": 1.0, "lam2": 0.5},
+                "clip_c1": 1.5}
+    if kind in ("adult_nodes", "breast_cancer_nodes"):
+        return {"loss": {"kind": "logistic"}, "penalty": {"kind": "elastic_net", "lam": 1.0e-3, "lam1": 0.0,
+                                                          "lam2": 1.0}, "clip_c1": 1.0}
+    return {"loss": {"kind": "quantile", "tau": 0.5, "residual_bound": 1.0},
+            "penalty": {"kind": "none", "lam": 0.0}, "clip_c1": 1.0}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 # ---------------------------------------------------------------- schedules
-P2PStep = Annotated[Union[ConstantStep, InvSqrtStep, InvStep], Field(discriminator="kind")]
+P2PStep = tagged_union(ConstantStep, InvSqrtStep, InvStep, default="inv")
 
 
 class ConstantBudget(_Frozen):
@@ -261,7 +281,7 @@ class GeometricBudget(_Frozen):
     ratio: float = Field(1.01, ge=1, le=2, description="r")
 
 
-ZcdpBudget = Annotated[Union[ConstantBudget, GeometricBudget], Field(discriminator="kind")]
+ZcdpBudget = tagged_union(ConstantBudget, GeometricBudget, default="constant")
 
 
 class PeriodicDecay(_Frozen):
@@ -279,11 +299,11 @@ class IterationDecay(_Frozen):
     rate: float = Field(0.015, gt=0, le=1e6, description="R_T")
 
 
-VarianceDecay = Annotated[Union[PeriodicDecay, IterationDecay], Field(discriminator="kind")]
+VarianceDecay = tagged_union(PeriodicDecay, IterationDecay, default="periodic")
 
 
 # ---------------------------------------------------------------- algorithms
-_STEPS = dict(ge=1, le=1_000_000, description="T: number of rounds (steps)")
+_ROUNDS = dict(ge=1, le=1_000_000, description="T: number of rounds (one release per node and round)")
 _RHO = dict(gt=0, le=1e6, description="ADMM penalty rho")
 
 
@@ -292,21 +312,21 @@ class ZcdpNflConfig(_Frozen):
 
     kind: Literal["zcdp_nfl"] = "zcdp_nfl"
     rho: float = Field(0.1, **_RHO)
-    steps: int = Field(200, **_STEPS)
+    rounds: int = Field(200, **_ROUNDS)
     step: P2PStep = Field(InvStep(eta0=10.0), description="eta_k of the linearized step")
-    budget: ZcdpBudget = Field(ConstantBudget(), description="per-step zCDP budget schedule")
+    budget: ZcdpBudget = Field(ConstantBudget(), description="per-round zCDP budget schedule")
     anchor: Literal["released", "neighbourhood_average"] = Field(
         "released", description="point the step linearizes at: the node's own release (Gauthier et al. 2023) or the "
         "Metropolis average of its and its neighbours' releases (not in the paper; also DP: releases only)")
 
 
 class DpNflConfig(_Frozen):
-    """DP-NFL baseline (Gauthier et al. 2023): zCDP-NFL's updates, each step calibrated by the classic (eps, delta) rule
-    (total mode: (eps/T, delta/T) per step by basic composition)."""
+    """DP-NFL baseline (Gauthier et al. 2023): zCDP-NFL's updates, each round calibrated by the classic (eps, delta)
+    rule (total mode: (eps/T, delta/T) per round by basic composition)."""
 
     kind: Literal["dp_nfl"] = "dp_nfl"
     rho: float = Field(0.1, **_RHO)
-    steps: int = Field(200, **_STEPS)
+    rounds: int = Field(200, **_ROUNDS)
     step: P2PStep = Field(InvStep(eta0=10.0), description="eta_k of the linearized step")
 
 
@@ -315,7 +335,7 @@ class DecentralizedAdmmConfig(_Frozen):
 
     kind: Literal["decentralized_admm"] = "decentralized_admm"
     rho: float = Field(0.1, **_RHO)
-    steps: int = Field(1000, **_STEPS)
+    rounds: int = Field(1000, **_ROUNDS)
     step: P2PStep = Field(InvStep(eta0=10.0), description="eta_k of the linearized step")
 
 
@@ -323,9 +343,9 @@ class ZcdpGradNflConfig(_Frozen):
     """zCDP-grad-NFL baseline (Gauthier et al. 2023): decentralized subgradient with Metropolis weights."""
 
     kind: Literal["zcdp_grad_nfl"] = "zcdp_grad_nfl"
-    steps: int = Field(200, **_STEPS)
+    rounds: int = Field(200, **_ROUNDS)
     step: P2PStep = Field(InvStep(eta0=5.0), description="a_k, the subgradient step")
-    budget: ZcdpBudget = Field(ConstantBudget(), description="per-step zCDP budget schedule")
+    budget: ZcdpBudget = Field(ConstantBudget(), description="per-round zCDP budget schedule")
 
 
 class PrAdmmConfig(_Frozen):
@@ -333,7 +353,7 @@ class PrAdmmConfig(_Frozen):
 
     kind: Literal["pr_admm"] = "pr_admm"
     eta: float = Field(0.5, gt=0, le=1e6, description="ADMM penalty eta")
-    steps: int = Field(50, **_STEPS)
+    rounds: int = Field(50, **_ROUNDS)
     threshold: float | None = Field(None, gt=0, description="U; null disables the threshold (U = infinity)")
     decay: VarianceDecay = Field(PeriodicDecay(), description="noise variance decay scheme")
     local_solver: Literal["auto", "exact", "linearized"] = Field(
@@ -342,27 +362,24 @@ class PrAdmmConfig(_Frozen):
 
 
 class PAdmmConfig(_Frozen):
-    """P-ADMM (Ding et al. 2019, the comparator of Gauthier et al. (2023)'s ridge figure): the loss linearized at the node's
-    own release with a constant proximal step gamma, the smooth regularizer exact, primal-variable Gaussian
-    perturbation with a decaying variance (``fdp_flower.algorithms.p2p.p_admm``).  Smooth objectives only."""
+    """P-ADMM (Ding et al. 2019, the comparator of Gauthier et al. (2023)'s ridge figure): the loss linearized at the
+    node's own release with a constant proximal step gamma, the smooth regularizer exact, Gaussian noise with a
+    decaying variance (``fdp_flower.algorithms.p2p.p_admm``).  Smooth objectives only."""
 
     kind: Literal["p_admm"] = "p_admm"
     eta: float = Field(0.1, gt=0, le=1e6, description="ADMM penalty eta")
     gamma: float = Field(1.0, gt=0, le=1e6, description="constant proximal step gamma of the linearized loss")
-    steps: int = Field(200, **_STEPS)
+    rounds: int = Field(200, **_ROUNDS)
     decay: VarianceDecay = Field(PeriodicDecay(decay=0.9, period=20),
                                  description="noise variance decay: sigma_{k+1}^2 = sigma_1^2 R^floor(k / K_p)")
 
 
-P2PAlgorithmConfig = Annotated[Union[ZcdpNflConfig, DpNflConfig, DecentralizedAdmmConfig, ZcdpGradNflConfig,
-                                     PrAdmmConfig, PAdmmConfig], Field(discriminator="kind")]
+P2PAlgorithmConfig = tagged_union(ZcdpNflConfig, DpNflConfig, DecentralizedAdmmConfig, ZcdpGradNflConfig,
+                                  PrAdmmConfig, PAdmmConfig, default="zcdp_nfl")
 
 
-def _schedule(step) -> StepSchedule:
-    return StepSchedule(step.kind, eta0=step.eta0)
-
-
-def _check_privacy_section(privacy) -> None:
+def check_privacy_section(privacy) -> None:
+    """The privacy fields the peer-to-peer family does not take (one-line ``ValueError``)."""
     schedule = getattr(privacy, "schedule", None)
     if schedule is not None and getattr(schedule, "kind", "constant") != "constant":
         raise ValueError("peer-to-peer algorithms take their budget schedule from algorithm.budget "
@@ -371,87 +388,89 @@ def _check_privacy_section(privacy) -> None:
         raise ValueError("the peer-to-peer mode supports privacy.noise_source: seeded only")
 
 
-def build_algorithm(cfg, privacy: PrivacyConfig, problem) -> P2PAlgorithm:
-    """Resolve an algorithm config, the privacy section and the problem's G into a :class:`P2PAlgorithm`."""
-    from fdp_flower.algorithms.p2p.problems import is_smooth
-
-    steps = cfg.steps
-    private = privacy.enabled and cfg.kind != "decentralized_admm"
-    _check_privacy_section(privacy)
-    g = problem.gradient_bound(paper_constants=privacy.paper_constants)
-    noise = _budget.NoisePlan()
-    if private:
-        total = privacy.mode == "total"
-        if cfg.kind == "dp_nfl":
-            noise = (_budget.NoisePlan.classic_total(steps, privacy.eps, privacy.delta) if total
-                     else _budget.NoisePlan.classic_per_step(privacy.eps, privacy.delta))
-        else:
-            if cfg.kind in ("pr_admm", "p_admm"):
-                d = cfg.decay
-                mult = (_budget.periodic_multipliers(steps, d.decay, d.period) if d.kind == "periodic"
-                        else _budget.iteration_multipliers(steps, d.rate))
-            else:
-                b = cfg.budget
-                mult = (_budget.constant_multipliers(steps) if b.kind == "constant"
-                        else _budget.geometric_multipliers(steps, b.ratio))
-            if not total:
-                noise = _budget.NoisePlan.zcdp_per_step(mult, privacy.eps, privacy.delta)
-            elif privacy.paper_constants:  # the papers' Bun-Steinke conversion of the zCDP total
-                noise = _budget.NoisePlan.zcdp_total(mult, privacy.eps, privacy.delta)
-            else:  # the tightest: the PLD accountant, as the ledger reports it
-                noise = _budget.NoisePlan.pld_total(mult, privacy.eps, privacy.delta)
-    if cfg.kind == "pr_admm":
-        smooth = is_smooth(problem.loss, problem.penalty)
-        solver = cfg.local_solver if cfg.local_solver != "auto" else ("exact" if smooth else "linearized")
-        if solver == "exact" and not smooth:
-            raise ValueError(f"PR-ADMM's exact local solve needs a smooth f_i; the {problem.loss.name} loss with "
-                             f"the {problem.penalty.kind} penalty is not (use local_solver: linearized)")
-        return P2PAlgorithm(kind="pr_admm", steps=steps, penalty=cfg.eta, step_schedule=_schedule(cfg.step),
-                            noise=noise, gradient_bound=g,
-                            threshold=math.inf if cfg.threshold is None else cfg.threshold,
-                            local_solver=solver, paper_constants=privacy.paper_constants)
-    if cfg.kind == "p_admm":
-        from fdp_flower.algorithms.p2p.p_admm import regularizer_curvature
-
-        if not is_smooth(problem.loss, problem.penalty):
-            raise ValueError(f"P-ADMM needs a smooth objective; the {problem.loss.name} loss with the "
-                             f"{problem.penalty.kind} penalty is not (use zcdp_nfl)")
-        floor = float(regularizer_curvature(problem.objective, problem.dim).min())
-        return P2PAlgorithm(kind="p_admm", steps=steps, penalty=cfg.eta,
-                            step_schedule=StepSchedule("constant", eta0=cfg.gamma), noise=noise, gradient_bound=g,
-                            regularizer_floor=floor)
-    return P2PAlgorithm(kind=cfg.kind, steps=steps, penalty=getattr(cfg, "rho", 1.0),
-                        step_schedule=_schedule(cfg.step), noise=noise, gradient_bound=g,
-                        anchor=getattr(cfg, "anchor", "released"))
-
-
 # ---------------------------------------------------------------- scenario
+def _as_mapping(value) -> dict | None:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, _Frozen):
+        return value.model_dump()
+    return None
+
+
 class P2PScenario(_Frozen):
     """A complete peer-to-peer run."""
+
+    #: fields of the earlier schema (one-line error naming the new one)
 
     name: str = Field("p2p", min_length=1, max_length=200, description="name used for result files")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds graph, data and noise (separate streams)")
     repetitions: int = Field(1, ge=1, le=10_000, description="independent runs (noise seeds seed..seed+r-1)")
-    topology: TopologyConfig = Field(ErdosRenyiTopology(), description="communication graph")
-    data: P2PDataSource = Field(SyntheticRegressionData(), description="problem and data")
+    federation: FederationConfig = Field(FederationConfig(num_clients=20),
+                                         description="N, the number of graph nodes (federation.num_clients)")
+    topology: TopologyConfig = Field(ErdosRenyiTopology(), description="communication graph on the N nodes")
+    data: P2PDataSource = Field(SyntheticRegressionData(), description="every node's rows and responses")
+    model: P2PModelConfig = Field(P2PModelConfig(**default_model({})), description="loss, penalty and row clip "
+                                  "(default: the data source's, docs/p2p.md)")
     algorithm: P2PAlgorithmConfig = Field(ZcdpNflConfig(), description="algorithm")
     privacy: PrivacyConfig = Field(PrivacyConfig(mode="total", eps=10.0, delta=1.0e-4), description="privacy")
+    faults: FaultsConfig = Field(FaultsConfig(), description="node failures: injection (in-process), quorum, reply "
+                                                           "checks")
     output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_of_the_data(cls, values):
+        """Refuse a field of the earlier schema; fill ``model`` from the data source (:func:`default_model`) and
+        ``federation.num_clients`` from a fixed-size topology when the scenario does not set them."""
+        if not isinstance(values, dict):
+            return values
+        refuse_renamed(values, RENAMED_FIELDS)
+        values = dict(values)
+        data = _as_mapping(values.get("data", {})) or {}
+        model = values.get("model")
+        if not isinstance(model, _Frozen):
+            values["model"] = _merge(default_model(data), copy.deepcopy(model) if isinstance(model, dict) else {})
+        topology = _as_mapping(values.get("topology", {})) or {}
+        federation = values.get("federation")
+        if topology.get("kind") == "paper004_five" and (
+                federation is None or (isinstance(federation, dict) and "num_clients" not in federation)):
+            values["federation"] = {**(federation or {}), "num_clients": Paper004Topology.fixed_nodes}
+        return values
+
+    @property
+    def num_nodes(self) -> int:
+        """N, the number of graph nodes (``federation.num_clients``)."""
+        return self.federation.num_clients
 
     @model_validator(mode="after")
     def _consistent(self):
+        n = self.federation.num_clients
+        if not MIN_NODES <= n <= MAX_NODES:
+            raise ValueError(f"federation.num_clients must be in {MIN_NODES}..{MAX_NODES} (graph nodes), got {n}")
+        check_topology(self.topology, n)
         if self.algorithm.kind == "decentralized_admm" and self.privacy.enabled:
             raise ValueError("decentralized_admm is the non-private baseline; set privacy.enabled: false")
-        _check_privacy_section(self.privacy)
-        n = self.topology.num_nodes
+        check_privacy_section(self.privacy)
+        m = self.model
         if self.data.kind == "arrays":
             if len(self.data.paths) != n:
-                raise ValueError(f"data.paths names {len(self.data.paths)} files for {n} nodes")
-        elif self.data.kind != "synthetic_regression":
-            limit = 569 if self.data.kind == "breast_cancer_nodes" else 45_222
-            if n * self.data.samples_per_node + self.data.test_samples > limit:
-                raise ValueError(f"{n} nodes x {self.data.samples_per_node} samples + {self.data.test_samples} "
-                                 f"test rows exceed the {limit} rows of the {self.data.kind} data")
+                raise ValueError(f"data.paths names {len(self.data.paths)} files for {n} nodes "
+                                 f"(federation.num_clients)")
+        else:
+            if m.intercept:
+                raise ValueError(f"model.intercept: the {self.data.kind} rows carry no intercept column to add "
+                                 "(arrays data only)")
+            if self.data.kind == "synthetic_regression":
+                if m.loss.kind == "logistic":
+                    raise ValueError("model.loss.kind: logistic needs labels in {-1, +1}; synthetic_regression "
+                                     "responses are real-valued")
+            else:
+                limit = self.data.rows
+                if n * self.data.samples_per_node + self.data.test_samples > limit:
+                    raise ValueError(f"{n} nodes x {self.data.samples_per_node} samples + {self.data.test_samples} "
+                                     f"test rows exceed the {limit} rows of the {self.data.kind} data")
+        if not math.isfinite(m.penalty.lam) or m.penalty.lam > 1e6:
+            raise ValueError(f"model.penalty.lam must be at most 1e6, got {m.penalty.lam}")
         return self
 
 

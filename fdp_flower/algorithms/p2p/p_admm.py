@@ -14,9 +14,14 @@ time-varying step.  Our reading of the published algorithm, one node at a time (
                 = (xt_i^k / gamma - l_i'(xt_i^k) - alpha_i^k + eta (|N_i| xt_i^k + sum_j xt_j^k))
                   / (1/gamma + 2 eta |N_i| + (lam/N) c)                       (elementwise in c);
 
-- primal-variable perturbation: xt_i^{k+1} = x_i^{k+1} + N(0, sigma_{k+1}^2 I), the variance decaying
-  as sigma_{k+1}^2 = sigma_1^2 R^floor(k / K_p) (dynamic zCDP; the publication's linear-rate decay,
-  ``algorithm.decay``), the schedule scaled to the run's total budget like every peer-to-peer kind;
+- the node releases its descent term d_i = -l_i'(xt_i^k) + N(0, sigma_{k+1}^2 I) (sensitivity 2G/m_i), the variance
+  decaying as sigma_{k+1}^2 = sigma_1^2 R^floor(k / K_p) (dynamic zCDP; the publication's linear-rate decay,
+  ``algorithm.decay``), the schedule scaled to the run's total budget like every peer-to-peer kind; the primal
+  step above, with d_i in place of -l_i'(xt_i^k), is post-processing and xt_i^{k+1} = x_i^{k+1}: the paper's
+  primal-variable perturbation, its noise divided by the step's denominator per coordinate (a uniform
+  curvature c, every shipped P-ADMM problem, gives exactly N(0, (sigma / (1/gamma + 2 eta |N_i| + (lam/N) c))^2 I);
+  with an unpenalized intercept the penalized coordinates get less noise than the primal form's worst-case
+  calibration, at the same privacy);
 - dual: alpha_i^{k+1} = alpha_i^k + eta sum_{j in N_i} (xt_i^{k+1} - xt_j^{k+1}) (the same form as
   zCDP-NFL's eq. (9), so the relay carries the same state).
 
@@ -38,20 +43,29 @@ def regularizer_curvature(objective, dim: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(c, dtype=float) * objective.lam / objective.num_clients, (dim,)).copy()
 
 
-def p_admm_primal_step(*, objective, own_released, neighbour_released, dual, features, response, gamma: float,
-                       eta: float) -> np.ndarray:
-    """x_i^{k+1} of the module docstring (``neighbour_released`` (|N_i|, K) in the node's neighbour order).
+def p_admm_step_from_term(*, objective, own_released, neighbour_released, dual, descent, gamma: float,
+                          eta: float) -> np.ndarray:
+    """x_i^{k+1} of the module docstring from the node's descent term ``descent`` = -l_i'(xt_i^k) + noise (the
+    relay's post-processing; ``neighbour_released`` (|N_i|, K) in the node's neighbour order).
 
     ``objective`` must have a smooth penalty with constant curvature (none, l2, elastic net with lam1 = 0).
     """
     neighbour_released = np.asarray(neighbour_released, dtype=float)
     own_released = np.asarray(own_released, dtype=float)
     degree = neighbour_released.shape[0]
-    grad_loss = objective.loss.mean_subgradient(own_released, features, response)
     curvature = regularizer_curvature(objective, own_released.shape[0])
     consensus = degree * own_released + neighbour_released.sum(axis=0)
-    return (own_released / gamma - grad_loss - dual + eta * consensus) / (1.0 / gamma + 2.0 * eta * degree
-                                                                            + curvature)
+    return (own_released / gamma + descent - dual + eta * consensus) / (1.0 / gamma + 2.0 * eta * degree
+                                                                         + curvature)
+
+
+def p_admm_primal_step(*, objective, own_released, neighbour_released, dual, features, response, gamma: float,
+                       eta: float) -> np.ndarray:
+    """The noise-free x_i^{k+1}: :func:`p_admm_step_from_term` with the descent term of ``features``, ``response``."""
+    descent = -objective.loss.mean_subgradient(np.asarray(own_released, dtype=float), features, response)
+    return p_admm_step_from_term(objective=objective, own_released=own_released,
+                                 neighbour_released=neighbour_released, dual=dual, descent=descent, gamma=gamma,
+                                 eta=eta)
 
 
 def p_admm_sensitivity(*, gradient_bound: float, m: int, gamma: float, eta: float, degree: int,

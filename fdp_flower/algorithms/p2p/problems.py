@@ -234,7 +234,8 @@ SYNTHETIC_PROBLEMS = ("elastic_net", "lad", "ridge")
 def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100, dim: int = 10,
                       noise: float = 0.1, c1: float = 1.5, residual_bound: float = 2.0,
                       lam: float = 0.1, lam1: float = 1.0, lam2: float = 0.5, heterogeneity: float = 0.0,
-                      rng: np.random.Generator, with_reference: bool = True) -> NetworkProblem:
+                      rng: np.random.Generator, with_reference: bool = True, loss=None,
+                      penalty: Penalty | None = None) -> NetworkProblem:
     """Synthetic regression of Gauthier et al. (2023), Sec. 5: node i observes y_i = A_i x0 + e_i.
 
     Parameters
@@ -257,6 +258,9 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
         Gauthier et al.'s (2023) setting, every node observing the same x0 (default: 0.0).
     rng : np.random.Generator
         Source of x0, A and e.
+    loss, penalty : optional
+        The objective's loss and penalty (weight ``lam``) when they are not the problem's own (a scenario's
+        ``model`` section, :func:`fdp_flower.algorithms.p2p.plan.build_problem`); the data are the same.
     """
     if kind not in SYNTHETIC_PROBLEMS:
         raise ValueError(f"unknown synthetic problem {kind!r}; choose one of {', '.join(SYNTHETIC_PROBLEMS)}")
@@ -272,48 +276,52 @@ def synthetic_problem(kind: str, *, num_nodes: int, samples_per_node: int = 100,
         x_i = x0 + heterogeneity * rng.standard_normal(dim) if heterogeneity > 0 else x0
         feats.append(a)
         resps.append(a @ x_i + e)
-    if kind == "lad":
+    if loss is not None or penalty is not None:
+        if loss is None or penalty is None:
+            raise ValueError("give both loss and penalty, or neither")
+        lam_ = lam
+    elif kind == "lad":
         loss, penalty, lam_ = AbsoluteLoss(), Penalty("none"), 0.0
     elif kind == "ridge":
         loss, penalty, lam_ = SquaredLoss(residual_bound=residual_bound), Penalty("l2"), lam
     else:
         loss, penalty, lam_ = SquaredLoss(residual_bound=residual_bound), Penalty("elastic_net", lam1=lam1, lam2=lam2), lam
+    if isinstance(loss, LogisticLoss):
+        raise ValueError("the logistic loss needs labels in {-1, +1}; synthetic regression responses are real")
     x_star, solver = (reference_solution(feats, resps, loss, penalty, lam_) if with_reference else (None, ""))
     return NetworkProblem(name=kind, features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
                           lam=lam_, c1=c1, x_star=x_star, truth=x0, n_clipped=n_clip, reference_solver=solver)
 
 
 # ---------------------------------------------------------------- caller's arrays
-def arrays_problem(cfg, *, with_reference: bool = True) -> NetworkProblem:
+def arrays_problem(paths, digests=None, *, loss, penalty: Penalty, lam: float, c1: float, intercept: bool = False,
+                   intercept_share: float = 0.5, with_reference: bool = True) -> NetworkProblem:
     """The problem of a ``data.kind: arrays`` section (:class:`fdp_flower.algorithms.p2p.config.P2PArraysData`):
-    node i's rows from ``paths[i]``, with the intercept column of
+    node i's rows from ``paths[i]`` (checked against ``digests[i]``), with the intercept column of
     :func:`fdp_flower.core.clipping.intercept_design` when ``intercept`` is set, clipped to ||a|| <= c1."""
     from fdp_flower.core.clipping import intercept_design
-    from fdp_flower.core.losses import make_loss
     from fdp_flower.data.tabular import read_arrays_file
 
     feats, resps, n_clip = [], [], 0
-    for i, path in enumerate(cfg.paths):
-        a, y = read_arrays_file(path, None if cfg.digests is None else cfg.digests[i])
-        if feats and a.shape[1] != feats[0].shape[1] - int(cfg.intercept):
+    for i, path in enumerate(paths):
+        a, y = read_arrays_file(path, None if digests is None else digests[i])
+        if feats and a.shape[1] != feats[0].shape[1] - int(intercept):
             raise ValueError(f"{path}: {a.shape[1]} features, the first node's file has "
-                             f"{feats[0].shape[1] - int(cfg.intercept)}")
-        if cfg.loss == "logistic" and not np.all(np.isin(y, (-1.0, 1.0))):
+                             f"{feats[0].shape[1] - int(intercept)}")
+        if isinstance(loss, LogisticLoss) and not np.all(np.isin(y, (-1.0, 1.0))):
             raise ValueError(f"{path}: the logistic loss needs labels in {{-1, +1}}")
-        a, c = intercept_design(a, cfg.c1, cfg.intercept_share) if cfg.intercept else clip_rows(a, cfg.c1)
+        a, c = intercept_design(a, c1, intercept_share) if intercept else clip_rows(a, c1)
         n_clip += c
         feats.append(a)
         resps.append(y)
-    loss = make_loss(cfg.loss, tau=cfg.tau, residual_bound=cfg.residual_bound)
-    penalty = Penalty(cfg.penalty, lam1=cfg.lam1, lam2=cfg.lam2, unpenalized=int(cfg.intercept))
     x_star, solver = None, ""
     if with_reference:
         try:
-            x_star, solver = reference_solution(feats, resps, loss, penalty, cfg.lam)
+            x_star, solver = reference_solution(feats, resps, loss, penalty, lam)
         except ValueError:  # no exact solver for this loss and penalty (e.g. logistic + l1): no normalized error
             pass
     return NetworkProblem(name="arrays", features=tuple(feats), responses=tuple(resps), loss=loss, penalty=penalty,
-                          lam=cfg.lam, c1=cfg.c1, x_star=x_star, n_clipped=n_clip, reference_solver=solver)
+                          lam=lam, c1=c1, x_star=x_star, n_clipped=n_clip, reference_solver=solver)
 
 
 # ---------------------------------------------------------------- classification (Ding et al. 2019)
@@ -330,21 +338,31 @@ def _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng):
 
 
 def logistic_problem(x, y, *, name: str, num_nodes: int, samples_per_node: int, test_samples: int,
-                     reg: float, rng: np.random.Generator, c1: float, n_clipped: int = 0,
-                     with_reference: bool = True) -> NetworkProblem:
-    """Logistic loss + R(x) = Lambda ||x||^2 (Ding et al. 2019, Sec. V): P = elastic_net(lam1=0, lam2=1),
-    lam = Lambda."""
+                     reg: float = 1e-3, rng: np.random.Generator, c1: float, n_clipped: int = 0,
+                     with_reference: bool = True, loss=None, penalty: Penalty | None = None,
+                     lam: float | None = None) -> NetworkProblem:
+    """Labelled rows split over the nodes; default objective: logistic loss + R(x) = Lambda ||x||^2 (Ding et al.
+    2019, Sec. V), i.e. P = elastic_net(lam1=0, lam2=1) with lam = Lambda = ``reg`` (``loss``, ``penalty``,
+    ``lam``: another objective, the scenario's ``model``)."""
     feats, resps, xte, yte = _split_nodes(x, y, num_nodes, samples_per_node, test_samples, rng)
-    loss, penalty = LogisticLoss(), Penalty("elastic_net", lam1=0.0, lam2=1.0)
-    x_star = solve_smooth_reference(feats, resps, loss, penalty, reg) if with_reference else None
-    return NetworkProblem(name=name, features=feats, responses=resps, loss=loss, penalty=penalty, lam=reg, c1=c1,
+    loss = LogisticLoss() if loss is None else loss
+    penalty = Penalty("elastic_net", lam1=0.0, lam2=1.0) if penalty is None else penalty
+    lam = reg if lam is None else lam
+    x_star, solver = None, ""
+    if with_reference:
+        try:
+            x_star, solver = reference_solution(feats, resps, loss, penalty, lam)
+        except ValueError:  # no exact solver for this loss and penalty (e.g. logistic + l1): no normalized error
+            pass
+    return NetworkProblem(name=name, features=feats, responses=resps, loss=loss, penalty=penalty, lam=lam, c1=c1,
                           x_star=x_star, test_features=xte, test_responses=yte, n_clipped=n_clipped,
-                          reference_solver="newton" if with_reference else "")
+                          reference_solver=solver)
 
 
 def adult_problem(*, num_nodes: int = 5, samples_per_node: int = 8000, test_samples: int = 1000,
                   reg: float = 1e-3, c1: float = 1.0, rng: np.random.Generator, path: str | None = None,
-                  with_reference: bool = True) -> NetworkProblem:
+                  with_reference: bool = True, loss=None, penalty: Penalty | None = None,
+                  lam: float | None = None) -> NetworkProblem:
     """UCI Adult as in Ding et al. (2019), Sec. V: rows with a missing value removed, train and test files pooled,
     a9a-like one-hot encoding (fdp_flower.data.tabular.encode_adult) plus an intercept, every row scaled
     by the public constant 1/sqrt(15) (at most 15 ones per row) and clipped to ||a|| <= c1; labels
@@ -364,12 +382,14 @@ def adult_problem(*, num_nodes: int = 5, samples_per_node: int = 8000, test_samp
     x, n_clip = clip_rows(np.vstack(x), c1)
     return logistic_problem(x, np.concatenate(y), name="adult", num_nodes=num_nodes,
                             samples_per_node=samples_per_node, test_samples=test_samples, reg=reg, rng=rng,
-                            c1=c1, n_clipped=n_clip, with_reference=with_reference)
+                            c1=c1, n_clipped=n_clip, with_reference=with_reference, loss=loss, penalty=penalty,
+                            lam=lam)
 
 
 def breast_cancer_problem(*, num_nodes: int = 5, samples_per_node: int = 90, test_samples: int = 119,
                           reg: float = 1e-3, c1: float = 1.0, rng: np.random.Generator,
-                          with_reference: bool = True) -> NetworkProblem:
+                          with_reference: bool = True, loss=None, penalty: Penalty | None = None,
+                          lam: float | None = None) -> NetworkProblem:
     """scikit-learn's breast-cancer data (569 rows, 30 features): standardized (pooled statistics, a
     non-private convenience), an intercept appended, every row scaled by 1/sqrt(31) and clipped to c1."""
     from fdp_flower.data.tabular import load_breast_cancer_binary
@@ -378,4 +398,4 @@ def breast_cancer_problem(*, num_nodes: int = 5, samples_per_node: int = 90, tes
     x, n_clip = clip_rows(x / np.sqrt(x.shape[1]), c1)
     return logistic_problem(x, y, name="breast_cancer", num_nodes=num_nodes, samples_per_node=samples_per_node,
                             test_samples=test_samples, reg=reg, rng=rng, c1=c1, n_clipped=n_clip,
-                            with_reference=with_reference)
+                            with_reference=with_reference, loss=loss, penalty=penalty, lam=lam)

@@ -1,0 +1,221 @@
+"""FDP-ADMM's server protocol: the state machine every engine drives (docs/algorithms.md, section 1;
+the protocol interface: :mod:`fdp_flower.algorithms.protocol`).
+
+The server holds the whole run state: the consensus w, every client's dual g_i and last released
+primal wt_i, the ledger.  Round l:
+
+1. :meth:`FDPADMMServer.begin_round`: asks each client for its noisy descent term at the point
+   wt_i^{l-1} (:mod:`fdp_flower.algorithms.fdp_admm.site`, eq. (1.3)); in total-budget mode the
+   budget guard checks the planned releases first, and a journal records them when a re-release
+   would draw new noise;
+2. :meth:`~FDPADMMServer.accept` checks each release (shape, finiteness, the site's count m_i and
+   calibration against the public plan);
+3. :meth:`~FDPADMMServer.end_round` turns each released term d~_i into the client's primal by the
+   server's step (eq. (1.2) in released form: :func:`~fdp_flower.algorithms.fdp_admm.update.server_primal_step`),
+   averages and updates the duals (eqs. (1.4)-(1.5); failed clients keep their last wt_i and g_i:
+   :func:`fdp_flower.algorithms.faults.advance_with_failures`), applies the rho rule and stopping rule
+   (eqs. (1.15)-(1.17)), computes the round's metrics and calls the checkpoint hook.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+
+from fdp_flower.algorithms.faults import advance_with_failures
+from fdp_flower.algorithms.fdp_admm.convergence import server_after_round, stop_reason
+from fdp_flower.algorithms.fdp_admm.plan import (
+    build_objective,
+    initial_state,
+    model_dim,
+    noise_plan,
+    privacy_columns,
+    round_rho,
+    site_plan,
+)
+from fdp_flower.algorithms.fdp_admm.site import MECHANISM, term_release
+from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, server_primal_step
+from fdp_flower.algorithms.protocol import (
+    ReleaseRejected,
+    RoundPlan,
+    RunStopped,
+    ServerProtocol,
+    SiteRelease,
+    SiteRequest,
+)
+from fdp_flower.privacy import BudgetExhausted, BudgetGuard
+
+log = logging.getLogger(__name__)
+
+
+def _close(reported: float, planned: float) -> bool:
+    """|reported - planned| <= 1e-9 |planned| (scalar arithmetic: checked for every client and round)."""
+    return abs(reported - planned) <= 1e-9 * abs(planned)
+
+
+def server_round(scenario, objective, state: FDPADMMState, descent: np.ndarray, *, eta, rho,
+                 replied: np.ndarray | None = None):
+    """The server's whole step of one round from the released descent terms (docs/algorithms.md,
+    eqs. (1.2), (1.4)-(1.5), (1.15)-(1.17)): every client's primal w_i^l
+    (:func:`~fdp_flower.algorithms.fdp_admm.update.server_primal_step`), the consensus and the duals
+    (failed clients, ``replied`` False, keep their last wt_i and g_i:
+    :func:`~fdp_flower.algorithms.faults.advance_with_failures`), then the rho rule and the stopping
+    rule.  ``descent`` (..., M, K) (rows of failed clients are ignored); ``eta`` broadcasts over it
+    ((..., M, 1)); ``rho`` the round's penalty (scalar, or (...) for stacked configurations).
+    Returns (the new state holding rho^{l+1}, the round's :class:`~fdp_flower.algorithms.fdp_admm.convergence.RoundControl`).
+    """
+    rho_b = rho if np.ndim(rho) == 0 else np.asarray(rho, dtype=float)[..., None, None]
+    primals = server_primal_step(objective=objective, noisy_primal=state.noisy_primals,
+                                 global_w=state.global_w[..., None, :], dual=state.duals, descent=descent,
+                                 eta=eta, rho=rho_b)
+    if replied is None or np.all(replied):
+        advanced = state.advance(primals, rho)
+    else:
+        advanced = advance_with_failures(state, replied, primals, rho)
+    return server_after_round(scenario.algorithm, state, advanced, rho)
+
+
+class FDPADMMServer(ServerProtocol):
+    """The server side of FDP-ADMM / F-ADMM (Zhou & Xiang 2022; docs/algorithms.md, eqs. (1.2)-(1.5)).
+
+    Parameters
+    ----------
+    scenario : Scenario
+        The parsed run description.
+    basis : FunctionalBasis
+        The public basis (its dimension, its score variances for the ellipsoid clip).
+    sizes : sequence of int
+        The public m_i of every client (simulated data: from the source; node-local data: from
+        the setup phase).
+    evaluator : callable, optional
+        ``f(state) -> dict`` of metrics for each round's history row (default: None).
+    total_budget : (eps, delta), optional
+        Enforced by a :class:`~fdp_flower.privacy.BudgetGuard` before every round's releases
+        (default: None).
+    journal : callable, optional
+        ``f(planned releases)``, called with every round's planned releases before any is asked for, when
+        a re-release would draw new noise (the drivers pass :func:`fdp_flower.outputs.release_journal.append_requests`
+        on the run's journal file, which fsyncs them) (default: None).
+    on_round : callable, optional
+        ``f(server)`` after every closed round (checkpoints) (default: None).
+    """
+
+    family = "fdp_admm"
+
+    def __init__(self, scenario, basis, sizes, *, evaluator: Callable[[FDPADMMState], dict] | None = None,
+                 total_budget: tuple[float, float] | None = None,
+                 journal: Callable[[list], None] | None = None,
+                 on_round: Callable[["FDPADMMServer"], None] | None = None) -> None:
+        super().__init__(scenario.federation.num_clients, quorum=scenario.faults.quorum, on_round=on_round)
+        self.scenario = scenario
+        self.basis = basis
+        self.sizes = np.asarray(sizes, dtype=float)
+        if self.sizes.shape != (self.num_clients,):
+            raise ValueError(f"sizes must give m_i of each of the {self.num_clients} clients, got {self.sizes.shape}")
+        self.objective = build_objective(scenario)
+        self.dim = model_dim(scenario, basis)
+        self.steps = noise_plan(scenario, basis)
+        self.calibration = site_plan(scenario, basis)
+        self.state = initial_state(scenario, self.dim)
+        self.evaluator = evaluator
+        self.guard = None if total_budget is None else BudgetGuard(self.ledger, *total_budget)
+        self.journal = journal
+
+    @property
+    def round(self) -> int:
+        return self.state.round
+
+    @property
+    def rounds_planned(self) -> int:
+        return self.scenario.algorithm.rounds
+
+    def release_event(self, client: int, round_: int, sensitivity: float, sigma: float):
+        """An FDP-ADMM release's event as a site reported it (None for sigma 0: no noise)."""
+        return None if sigma == 0 else term_release(client, round_, sensitivity, sigma)
+
+    def resume(self, state: FDPADMMState, ledger_releases, history, failures) -> None:
+        """Continue after ``state.round`` with the run's ledger, history and failures restored."""
+        self.state = state
+        self.ledger.record_many(ledger_releases)
+        self.history, self.failures = list(history), list(failures)
+
+    def planned_release(self, round_: int, client: int, m: float | None = None):
+        """The ledger event of ``client``'s release in ``round_`` (None when privacy is off)."""
+        m = self.sizes[client] if m is None else m
+        sensitivity, sigma = self.calibration.calibration(round_, m)
+        return None if sigma is None else term_release(client, round_, float(sensitivity), float(sigma))
+
+    # ------------------------------------------------------------------ the state machine
+    def _plan(self, clients=None) -> RoundPlan | None:
+        round_ = self.state.round + 1
+        if round_ > self.scenario.algorithm.rounds:
+            return None
+        asked = range(self.num_clients) if clients is None else sorted(int(c) for c in clients)
+        planned = tuple(r for r in (self.planned_release(round_, i) for i in asked) if r is not None)
+        if self.guard is not None and planned:
+            try:
+                self.guard.check(planned)  # before any noise is drawn or released
+            except BudgetExhausted as exc:
+                raise RunStopped(exc.reason) from None
+        if self.journal is not None and planned:
+            self.journal(list(planned))  # fsynced before any release is asked for
+        requests = tuple(SiteRequest(i, round_, {"point": self.state.noisy_primals[i]}) for i in asked)
+        return RoundPlan(round_, requests, planned)
+
+    def _check(self, release: SiteRelease) -> None:
+        client, round_ = int(release.client), self.current_plan.round
+        value = np.asarray(release.value, dtype=float) if isinstance(release.value, np.ndarray) else None
+        if value is None or value.shape != (self.dim,):
+            raise ReleaseRejected(f"client {client}: release has shape {np.shape(release.value)}, "
+                                  f"expected ({self.dim},)")
+        if not np.all(np.isfinite(value)):
+            raise ReleaseRejected(f"client {client}: release contains NaN or infinite values")
+        m = int(release.num_examples)
+        if m != int(self.sizes[client]):
+            raise ReleaseRejected(f"client {client}: reports m_i = {m}, the run's plan has {int(self.sizes[client])}")
+        planned = self.planned_release(round_, client)
+        event = release.event
+        if planned is None:
+            if event is not None:
+                raise ReleaseRejected(f"client {client}: released with noise in a run without privacy")
+        else:
+            if event is None or event.mechanism != MECHANISM:
+                raise ReleaseRejected(f"client {client}: release without its calibration")
+            if not _close(event.sensitivity, planned.sensitivity):
+                raise ReleaseRejected(f"client {client}: reported sensitivity does not match the scenario")
+            if not _close(event.sigma, planned.sigma):
+                raise ReleaseRejected(f"client {client}: noise sigma {event.sigma} != calibrated {planned.sigma}")
+        bound = self.scenario.faults.max_primal_norm
+        if bound is not None:
+            primal = self._primal(client, value)
+            if float(np.linalg.norm(primal)) > bound:
+                raise ReleaseRejected(f"client {client}: primal norm {float(np.linalg.norm(primal)):.4g} exceeds "
+                                      f"the bound {bound:.4g}")
+
+    def _primal(self, client: int, descent: np.ndarray) -> np.ndarray:
+        """Client ``client``'s primal w_i^l from its released descent term (eq. (1.2), the server's step)."""
+        round_ = self.current_plan.round
+        eta = self.steps.step_size(round_, self.sizes[client])
+        return server_primal_step(objective=self.objective, noisy_primal=self.state.noisy_primals[client],
+                                  global_w=self.state.global_w, dual=self.state.duals[client],
+                                  descent=descent, eta=eta, rho=round_rho(self.scenario, self.state))
+
+    def _close(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:
+        round_ = plan.round
+        replied = np.array([i in accepted for i in range(self.num_clients)])
+        self.check_quorum(replied, round_)
+        descent = np.stack([np.asarray(accepted[i].value, dtype=float) if i in accepted else np.full(self.dim, np.nan)
+                            for i in range(self.num_clients)])
+        eta = self.steps.step_size(round_, self.sizes)
+        self.state, control = server_round(self.scenario, self.objective, self.state, descent, eta=eta[:, None],
+                                           rho=round_rho(self.scenario, self.state), replied=replied)
+        row = {"round": round_, "eta_mean": float(np.mean(eta)), **control.row()}
+        if self.evaluator is not None:
+            row.update(self.evaluator(self.state))
+        if self.scenario.privacy.enabled:
+            row.update(privacy_columns(self.ledger, self.scenario.privacy.delta))
+        row["failed_clients"] = int(self.num_clients - replied.sum())
+        if control.stop:
+            self.stop_reason = stop_reason(round_)
+        return row
