@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import ModeMismatchWarning, parse_scenario
 from fdp_flower.algorithms.fdp_admm.mode_rules import mode_mismatches
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
@@ -16,18 +16,22 @@ def _flwr_default() -> dict:
     return yaml.safe_load((SCENARIOS / "flwr_default.yaml").read_text())
 
 
-def test_the_default_federation_switched_to_total_is_refused_and_warned():
+def test_the_default_federation_switched_to_total_is_warned():
     data = _flwr_default()
     assert mode_mismatches(data) == []  # as shipped (per-round mode, 30 rounds): nothing to say
     data["privacy"]["mode"] = "total"
     found = {m.field: m for m in mode_mismatches(data)}
     assert set(found) == {"algorithm.step", "model.clip_c1"}
-    assert found["algorithm.step"].refuse and not found["model.clip_c1"].refuse
+    assert not found["algorithm.step"].refuse and not found["model.clip_c1"].refuse  # the budget is still met
     step = found["algorithm.step"].message
     assert "\n" not in step and "remove algorithm.step, algorithm.rounds and model.clip_c1" in step
     assert "privacy.mode 'per_round'" in step
     assert "ellipsoid" in found["model.clip_c1"].message
-    parse_scenario(data)  # the mapping itself is valid: the rule is what catches it
+    with pytest.warns(ModeMismatchWarning) as caught:  # parse_scenario says it, one line per setting
+        parse_scenario(data)
+    said = [str(w.message) for w in caught if issubclass(w.category, ModeMismatchWarning)]
+    assert len(said) == 2 and all("\n" not in line for line in said)
+    assert any("algorithm.step 'theorem2'" in line for line in said) and any("model.clip_c1" in line for line in said)
 
 
 def test_total_budget_defaults_and_explicit_choices_pass():

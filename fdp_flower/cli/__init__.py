@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -66,6 +67,7 @@ def _registered():
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    shown, warnings.formatwarning = warnings.formatwarning, _warning_line  # one line, not a source excerpt
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:  # ScenarioError, DataValidationError, NodeDataError, CheckpointError, ...
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"error: {where}{exc.strerror or _one_line(exc)}", file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = shown
 
 
 #: what a Ctrl-C leaves behind, per subcommand
@@ -90,6 +94,10 @@ _INTERRUPT_NOTE = {
     "run": "checkpoints written so far are kept (fdp-flower run --resume <results dir>)",
     "sweep": "finished configurations are kept; continue with fdp-flower sweep --resume <sweep file>",
 }
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {' '.join(str(message).split())}\n"
 
 
 def _one_line(exc: BaseException) -> str:

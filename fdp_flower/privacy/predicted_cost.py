@@ -88,8 +88,8 @@ def _validate(sizes, eps, delta, tau, budget_share) -> np.ndarray:
         raise ValueError(f"delta: expected a value in (0, 1), got {delta!r}")
     if not 0 < tau < 1:
         raise ValueError(f"tau: expected a value in (0, 1), got {tau!r}")
-    if not 0 < budget_share <= 1:
-        raise ValueError(f"budget_share: expected a value in (0, 1], got {budget_share!r}")
+    if not (isinstance(budget_share, (int, float)) and math.isfinite(budget_share) and budget_share > 0):
+        raise ValueError(f"budget_share: expected a finite number > 0, got {budget_share!r}")
     return m
 
 
@@ -107,9 +107,9 @@ def predicted_privacy_cost(sizes: Sequence[float], *, eps: float, delta: float, 
     n_components : K
     clip_shape : "ellipsoid" (Mahalanobis radius ``clip_radius``, default :func:`default_clip_radius`) or
         "sphere" (radius ``clip_radius`` = c1, with the basis's ``score_variances`` lambda_k)
-    budget_share : the share of the budget (of mu^2, the composed Gaussian's) spent on the releases
-        that make the estimate (1: all of it; less when a basis, location/scale or transient phase
-        takes the rest)
+    budget_share : mu_fit^2 / mu(eps, delta)^2, the composed Gaussian of the releases that make the
+        estimate over the one that spends (eps, delta) (1: all of it; less when a basis, location/scale or
+        transient phase takes the rest; about L when ``eps`` is a per-round eps spent in each of L rounds)
 
     Returns
     -------

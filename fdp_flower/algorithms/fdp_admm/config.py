@@ -4,12 +4,14 @@ Parsed once per run; frozen; unknown fields are errors.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import (
+    ScenarioError,
     _Frozen,
     apply_overrides,
     read_yaml_file,
@@ -136,6 +138,16 @@ TOTAL_BUDGET_CLIP: dict[str, Any] = {"clip_shape": "ellipsoid", "clip_c1": 4.0}
 BASES_WITH_SCORE_VARIANCES = ("pooled", "federated_dp")
 
 
+def privacy_off_schedule(clip_shape: str, *, step_given: bool = False) -> dict[str, Any]:
+    """The FDP-ADMM schedule (``rounds``, ``step``, ``step_units``, ``estimator``) of a run without privacy,
+    for the fields a scenario leaves unset: the total-budget schedule of the same clip (the same steps, without
+    the noise), with ``rounds`` a cap of the residual stop of :data:`NON_PRIVATE_DEFAULTS`.  The one source of
+    the privacy-off defaults of ``fdp-flower run``, the Flower app and :func:`fdp_flower.fit` (``eps=None``);
+    ``step_units`` only together with the default step (a step the scenario gives is in its own units)."""
+    defaults = TOTAL_BUDGET_DEFAULTS if clip_shape == "ellipsoid" else SPHERE_TOTAL_BUDGET_DEFAULTS
+    return {k: v for k, v in defaults.items() if not (step_given and k == "step_units")}
+
+
 class Scenario(_Frozen):
     """A complete run description.
 
@@ -164,7 +176,8 @@ class Scenario(_Frozen):
     @classmethod
     def _non_private_defaults(cls, data: Any) -> Any:
         """Privacy off: fill an unset ``algorithm.rho_rule`` / ``algorithm.stopping``, or the ``kind`` of one
-        given without it, from :data:`NON_PRIVATE_DEFAULTS` (never overrides a given value)."""
+        given without it, from :data:`NON_PRIVATE_DEFAULTS`, and the unset schedule fields from
+        :func:`privacy_off_schedule` (never overrides a given value)."""
         if not isinstance(data, dict):
             return data
         privacy = data.get("privacy")
@@ -180,6 +193,10 @@ class Scenario(_Frozen):
                 filled[key] = default
             elif isinstance(given, dict) and "kind" not in given:  # e.g. only stopping.tol_rel set
                 filled[key] = {**given, "kind": default["kind"]}
+        model = data.get("model", {})
+        shape = model.get("clip_shape", "sphere") if isinstance(model, dict) else getattr(model, "clip_shape", "sphere")
+        filled.update({k: v for k, v in privacy_off_schedule(shape, step_given="step" in algorithm).items()
+                       if k not in algorithm})
         return {**data, "algorithm": {**algorithm, **filled}} if filled else data
 
     @model_validator(mode="before")
@@ -246,8 +263,23 @@ class Scenario(_Frozen):
         return self
 
 
+class ModeMismatchWarning(UserWarning):
+    """A setting chosen for one privacy mode kept in the other (:mod:`fdp_flower.algorithms.fdp_admm.mode_rules`)."""
+
+
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
-    """Validate a mapping; raises :class:`ScenarioError` with a one-line message."""
+    """Validate a mapping; raises :class:`ScenarioError` with a one-line message.
+
+    Settings of one privacy mode carried into the other (read on the mapping as written, before any
+    default is filled: :func:`~fdp_flower.algorithms.fdp_admm.mode_rules.mode_mismatches`) are refused
+    (ScenarioError) or warned about (:class:`ModeMismatchWarning`, one line naming what to change)."""
+    from fdp_flower.algorithms.fdp_admm.mode_rules import mode_mismatches
+
+    if isinstance(data, dict):
+        for mismatch in mode_mismatches(data):
+            if mismatch.refuse:
+                raise ScenarioError(f"{source}: {mismatch.message}")
+            warnings.warn(f"{source}: {mismatch.message}", ModeMismatchWarning, stacklevel=2)
     return validate_mapping(Scenario, data, source)
 
 
