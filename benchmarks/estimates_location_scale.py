@@ -157,8 +157,9 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "location_scale_quick" if args.quick else "location_scale"
-    text = report(dev) + "\nPrecision of the location/scale release (5 sites of 500, eps = 1, 40 draws):\n\n" + \
-        precision(10 if args.quick else 40)
+    draws = 10 if args.quick else 40
+    text = report(dev) + f"\nPrecision of the location/scale release (5 sites of 500, eps = 1, {draws} draws):\n\n" + \
+        precision(draws)
     (out / f"{name}.md").write_text(text)
     (out / f"{name}.json").write_text(json.dumps(dev, indent=1, default=float))
     print(text)
