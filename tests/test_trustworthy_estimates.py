@@ -27,6 +27,7 @@ from fdp_flower.engines.batched import run_batched
 from fdp_flower.engines.inprocess import run_fdp_admm
 from fdp_flower.functional import design
 from fdp_flower.privacy.predicted_cost import predicted_privacy_cost
+from tests.test_faults import run_strategy, task_identity  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = design.default_grid(30)
@@ -239,3 +240,13 @@ def test_bad_response_standardization_is_one_line():
         response_standardization(y, private=False, scale=0.0)
     assert response_standardization(y, private=True) == (0.0, 1.0)  # nothing read with privacy on
     assert response_standardization(np.full(5, 2.0), private=False) == (2.0, 1.0)  # constant y: scale 1
+
+
+def test_the_flower_strategy_says_cap_too(task_identity):
+    """The Flower strategy (its protocol server, answered by the real site code through the test grid of
+    tests/test_faults.py) ends the same privacy-off run with the same ``cap`` reason."""
+    sc = parse_scenario({**TINY, "algorithm": {"kind": "fdp_admm", "rounds": 3, "stopping": {"tol_rel": 1e-12}},
+                         "privacy": {"enabled": False}})
+    strategy, _grid = run_strategy(sc)
+    assert strategy.stop_reason == run_fdp_admm(sc, with_reference=False).stop_reason
+    assert strategy.stop_reason.startswith(f"{CAP}: algorithm.rounds = 3")

@@ -14,6 +14,7 @@ bound of the floor (``kind`` says which).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -45,8 +46,11 @@ def predicted_cost_of(scenario, sizes, *, eigenvalues=None, n_components: int | 
         return None
     k = int(k)
     plan = NoisePlan(scenario, k + int(scenario.model.intercept), leading_score_variance=1.0)
-    mu_fit_sq = float(np.sum(np.asarray(plan.noise_multipliers, float) ** -2.0))
-    share = mu_fit_sq / target_mu(p.eps, p.delta) ** 2
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        mu_fit_sq = float(np.sum(np.asarray(plan.noise_multipliers, float) ** -2.0))
+        share = mu_fit_sq / target_mu(p.eps, p.delta) ** 2
+    if not (math.isfinite(share) and share > 0):  # an eps so large that no noise is left to predict from
+        return None
     model = scenario.model
     if model.clip_shape == "ellipsoid":
         cost = predicted_privacy_cost(sizes, eps=p.eps, delta=p.delta, tau=float(tau), n_components=k,
