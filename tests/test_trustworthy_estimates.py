@@ -250,3 +250,26 @@ def test_the_flower_strategy_says_cap_too(task_identity):
     strategy, _grid = run_strategy(sc)
     assert strategy.stop_reason == run_fdp_admm(sc, with_reference=False).stop_reason
     assert strategy.stop_reason.startswith(f"{CAP}: algorithm.rounds = 3")
+
+
+def test_the_flower_server_app_writes_cap_and_the_predicted_cost(task_identity, tmp_path):
+    """The ServerApp's run function (run_fdp_admm_federation on the in-memory grid): summary.json says
+    ``cap`` for the privacy-off run and keeps the predicted cost of a private one."""
+    from flwr.app import Context, RecordDict
+
+    from fdp_flower.strategies.fdp_admm import run_fdp_admm_federation
+    from tests.test_faults import FakeGrid
+
+    off = parse_scenario({**TINY, "algorithm": {"kind": "fdp_admm", "rounds": 3, "stopping": {"tol_rel": 1e-12}},
+                          "privacy": {"enabled": False}})
+    on = parse_scenario({**TINY, "algorithm": {"kind": "fdp_admm", "rounds": 2},
+                         "privacy": {"mode": "total", "eps": 0.5, "delta": 1e-5}})
+    for name, sc in (("off", off), ("on", on)):
+        ctx = Context(run_id=7, node_id=0, node_config={}, state=RecordDict(),
+                      run_config={"results-dir": str(tmp_path / name)})
+        run_fdp_admm_federation(FakeGrid(sc), ctx, sc)
+    (out_off,) = list((tmp_path / "off").iterdir())
+    (out_on,) = list((tmp_path / "on").iterdir())
+    assert json.loads((out_off / "summary.json").read_text())["stop_reason"].startswith(f"{CAP}: algorithm.rounds = 3")
+    summary = json.loads((out_on / "summary.json").read_text())
+    assert summary["stop_reason"] == "completed" and summary["predicted_privacy_cost"]["cost"] > 1

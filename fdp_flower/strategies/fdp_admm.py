@@ -183,6 +183,12 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             except OSError as exc:  # the run goes on; writing its results rescues what is lost
                 log(WARNING, "fdp-flower: checkpoint not written (%s)", exc.strerror or exc)
 
+    if resume is None:  # what the setting can support, said before the first round (summary.json keeps it)
+        from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section
+
+        for line in predicted_cost_lines(predicted_cost_section(scenario, sizes, eigenvalues=basis.eigenvalues,
+                                                                n_components=basis.n_components)):
+            log(WARNING if line.startswith("warning:") else INFO, "fdp-flower: %s", line)
     strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator, partition_sizes=sizes,
                                on_round=checkpoint, hosts_many_clients=setup is None)
     if setup is not None:  # the setup phase's releases (noise added on the clients), routing, site totals
