@@ -11,7 +11,6 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import (
-    ScenarioError,
     _Frozen,
     apply_overrides,
     read_yaml_file,
@@ -148,6 +147,10 @@ def privacy_off_schedule(clip_shape: str, *, step_given: bool = False) -> dict[s
     return {k: v for k, v in defaults.items() if not (step_given and k == "step_units")}
 
 
+class ModeMismatchWarning(UserWarning):
+    """A setting chosen for one privacy mode kept in the other (:mod:`fdp_flower.algorithms.fdp_admm.mode_rules`)."""
+
+
 class Scenario(_Frozen):
     """A complete run description.
 
@@ -171,6 +174,24 @@ class Scenario(_Frozen):
     privacy: PrivacyConfig = Field(PrivacyConfig(), description="differential privacy of the releases")
     faults: FaultsConfig = Field(FaultsConfig(), description="client failures and reply checks")
     output: OutputConfig = Field(OutputConfig(), description="results files")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_mismatches(cls, data: Any) -> Any:
+        """Settings of one privacy mode carried into the other (:func:`~fdp_flower.algorithms.fdp_admm.
+        mode_rules.mode_mismatches`): refused (one-line error) or warned about (:class:`ModeMismatchWarning`,
+        one line naming what to change).  Every path that reads an FDP-ADMM scenario (``fdp-flower run``,
+        ``privacy``, ``sweep``, the Flower apps, :func:`fdp_flower.fit`) validates here.  The rules look only
+        at what the defaults below never fill (a Theorem 2 step, a sphere clip without ``clip_shape``, the
+        last iterate, a per-round run's rounds), so the order of the validators does not matter."""
+        from fdp_flower.algorithms.fdp_admm.mode_rules import mode_mismatches
+
+        if isinstance(data, dict):
+            for mismatch in mode_mismatches(data):
+                if mismatch.refuse:
+                    raise ValueError(mismatch.message)
+                warnings.warn(mismatch.message, ModeMismatchWarning, stacklevel=2)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -263,23 +284,9 @@ class Scenario(_Frozen):
         return self
 
 
-class ModeMismatchWarning(UserWarning):
-    """A setting chosen for one privacy mode kept in the other (:mod:`fdp_flower.algorithms.fdp_admm.mode_rules`)."""
-
-
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
-    """Validate a mapping; raises :class:`ScenarioError` with a one-line message.
-
-    Settings of one privacy mode carried into the other (read on the mapping as written, before any
-    default is filled: :func:`~fdp_flower.algorithms.fdp_admm.mode_rules.mode_mismatches`) are refused
-    (ScenarioError) or warned about (:class:`ModeMismatchWarning`, one line naming what to change)."""
-    from fdp_flower.algorithms.fdp_admm.mode_rules import mode_mismatches
-
-    if isinstance(data, dict):
-        for mismatch in mode_mismatches(data):
-            if mismatch.refuse:
-                raise ScenarioError(f"{source}: {mismatch.message}")
-            warnings.warn(f"{source}: {mismatch.message}", ModeMismatchWarning, stacklevel=2)
+    """Validate a mapping; raises :class:`ScenarioError` with a one-line message (settings of one privacy
+    mode kept in the other: :meth:`Scenario._mode_mismatches`)."""
     return validate_mapping(Scenario, data, source)
 
 
