@@ -464,9 +464,9 @@ def problem_of_scenario(scenario, data) -> Problem:
     (pooled FPCA, the run's clip): the same clipped rows, noise shape and G as the package's runs."""
     from fdp_flower.algorithms.fdp_admm.plan import build_objective, noise_plan, noise_scales
 
-    y = data.response_for(scenario)
+    y = data.site_for(scenario).response
     sizes = [int(m) for m in data.sizes]
-    feats = [np.ascontiguousarray(data.features[i, :m]) for i, m in enumerate(sizes)]
+    feats = [np.ascontiguousarray(data.site.features[i, :m]) for i, m in enumerate(sizes)]
     resp = [np.ascontiguousarray(y[i, :m]) for i, m in enumerate(sizes)]
     plan = noise_plan(scenario, data.basis)
     scales = noise_scales(scenario, data.basis)

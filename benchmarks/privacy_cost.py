@@ -94,8 +94,8 @@ def exact_on_features(sc: Scenario, data) -> tuple[np.ndarray, float, float]:
 
 def _solve_exact(sc: Scenario, data) -> tuple[np.ndarray, float, float]:
     ob = build_objective(sc)
-    y = data.response_for(sc)
-    feats = [data.features[i, : int(m)] for i, m in enumerate(data.sizes)]
+    y = data.site_for(sc).response
+    feats = [data.site.features[i, : int(m)] for i, m in enumerate(data.sizes)]
     ys = [y[i, : int(m)] for i, m in enumerate(data.sizes)]
     ref = solve_reference(feats, ys, ob.loss, ob.penalty, ob.lam)
     return ref.w, float(_mise_of(sc, data, ref.w, data.beta)), float(ref.objective)
@@ -137,7 +137,7 @@ def _floor_covariance(sc: Scenario, data, eps: float) -> np.ndarray:
 
     law = {"t3": stats.t(3), "normal": stats.norm(), "cauchy": stats.cauchy()}[d.error_law]
     density = float(law.pdf(law.ppf(tau)) / d.error_scale)
-    feats = np.concatenate([data.features[i, : int(m)] for i, m in enumerate(data.sizes)])
+    feats = np.concatenate([data.site.features[i, : int(m)] for i, m in enumerate(data.sizes)])
     dim = feats.shape[1]
     hess = density * feats.T @ feats / feats.shape[0]
     if sc.model.penalty.kind == "l2":
@@ -175,8 +175,8 @@ def _expected_sq_function(data, cov: np.ndarray) -> float:
 
 def objective_at(sc: Scenario, data, w: np.ndarray) -> float:
     ob = build_objective(sc)
-    y = data.response_for(sc)
-    feats = [data.features[i, : int(m)] for i, m in enumerate(data.sizes)]
+    y = data.site_for(sc).response
+    feats = [data.site.features[i, : int(m)] for i, m in enumerate(data.sizes)]
     ys = [y[i, : int(m)] for i, m in enumerate(data.sizes)]
     return pooled_objective(w, feats, ys, ob.loss, ob.penalty, ob.lam)
 
