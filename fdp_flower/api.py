@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -320,6 +321,56 @@ def _basis_section(basis, n_components: int, eps, basis_eps: float, basis_delta:
                      f"got {basis!r}")
 
 
+def response_standardization(y: np.ndarray, *, private: bool, offset: float | None = None,
+                             scale: float | None = None, bounds=None) -> tuple[float, float]:
+    """(offset, scale) of :func:`fit`'s public response standardization (y - offset) / scale.
+
+    ``bounds`` (lo, hi), declared public: (lo + hi) / 2 and (hi - lo) / 4.  Else without privacy the pooled
+    median and IQR / 1.349 (the normal sd; the sd, then 1, when the IQR is 0), with privacy 0 and 1: with
+    privacy on nothing here reads y.  A given ``offset`` or ``scale`` is kept.  Equivariance: for
+    y' = c + s y (s > 0) the median and IQR (and declared bounds c + s (lo, hi)) move with y, so
+    (y' - offset') / scale' = (y - offset) / scale up to rounding.
+    """
+    if bounds is not None:
+        if offset is not None or scale is not None:
+            raise InputError("give response_bounds or response_offset / response_scale, not both")
+        try:
+            lo, hi = (float(b) for b in bounds)
+        except (TypeError, ValueError):
+            raise InputError(f"response_bounds: expected (lo, hi), got {bounds!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            raise InputError(f"response_bounds: expected finite lo < hi, got {bounds!r}")
+        return (lo + hi) / 2.0, (hi - lo) / 4.0
+    if offset is not None and not (isinstance(offset, (int, float)) and math.isfinite(offset)):
+        raise InputError(f"response_offset: expected a finite number, got {offset!r}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise InputError(f"response_scale: expected a finite number > 0, got {scale!r}")
+    if private:
+        return (0.0 if offset is None else float(offset)), (1.0 if scale is None else float(scale))
+    if offset is None:
+        offset = float(np.median(y))
+    if scale is None:
+        q1, q3 = np.quantile(y, [0.25, 0.75])
+        scale = float(q3 - q1) / 1.349 if q3 > q1 else float(np.std(y)) or 1.0
+    return float(offset), float(scale)
+
+
+def _say_predicted_cost(scenario, sizes: list[int], basis, progress) -> None:
+    """Before training: print the predicted privacy cost (with ``progress``) and warn (UserWarning, one
+    line naming the fix) when it exceeds 1 (:mod:`fdp_flower.algorithms.fdp_admm.predicted`)."""
+    from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section
+    from fdp_flower.functional.fpca import FunctionalBasis
+
+    eigenvalues = basis.eigenvalues if isinstance(basis, FunctionalBasis) else None
+    section = predicted_cost_section(scenario, sizes, eigenvalues=eigenvalues)
+    if section is None:
+        return
+    if progress is not None and progress is not False and not callable(progress):
+        print(predicted_cost_lines(section)[0], flush=True)
+    if section["warning"]:
+        warnings.warn(section["warning"], UserWarning, stacklevel=3)
+
+
 def _plain_numbers(function):
     """Numpy scalars given as keyword arguments (``eps=np.float32(1.0)``, ``rounds=np.int64(50)``) taken as the
     Python numbers they hold, as every check and the scenario schema expect."""
@@ -336,7 +387,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         privacy: str = "total", n_clients: int | None = None, client_ids=None, penalty: str = "l1",
         lam: float = 0.05, rounds: int | None = None, basis="cosine", n_components: int = 10,
         clip: float = 3.0, clip_shape: str = "sphere", intercept: bool = True, intercept_share: float = 0.5,
-        response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, estimator: str | None = None,
+        response_offset: float | None = None, response_scale: float | None = None, response_bounds=None,
+        rho: float = 0.1, step: float | None = None, estimator: str | None = None,
         basis_eps: float | None = None, basis_delta: float | None = None, seed: int = 0,
         noise_source: str = "seeded", trust: str = "site", tolerated: int = 0,
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
@@ -388,8 +440,13 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         c1, the bound on every client's feature rows, and its shape (defaults: 3.0, "sphere").
     intercept, intercept_share : bool, float
         Fit an intercept through the public column c0 = intercept_share * clip (defaults: True, 0.5).
-    response_offset : float
-        A public constant subtracted from y on every client and added back to the intercept (default: 0).
+    response_offset, response_scale, response_bounds : float, float, (lo, hi) or None
+        Public constants: every client fits (y - response_offset) / response_scale and the model is mapped
+        back, so the fitted quantiles of c + s y are c + s times those of y.  ``response_bounds``: bounds the
+        sites declare for y (public; nothing is clipped): offset = their centre, scale = a quarter of their
+        width.  Defaults (None): with ``eps=None`` the pooled median and IQR / 1.349 of y (exact, nothing is
+        private); with privacy on, from ``response_bounds`` if given, else 0 and 1 (the fit is then in the
+        response's own units and is not scale-free: declare bounds).
     rho, step, estimator : float, float or None, str or None
         ADMM penalty (default 0.1); a constant step eta (default: 3.0; Zhou & Xiang's (2022) Theorem 2 step in
         per_round mode); the released estimator "last", "average" or "tail_average" (default:
@@ -453,21 +510,23 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
                                      client_ids=labels if labels is not None else client_ids, seed=seed,
                                      what=f"client column {client_column!r}" if labels is not None else "client_ids")
     clients = [CurveData(values[rows], response_values[rows], grid) for rows in parts]
+    offset, scale = response_standardization(response_values, private=eps is not None, offset=response_offset,
+                                             scale=response_scale, bounds=response_bounds)
     from fdp_flower.functional.fpca import FunctionalBasis
 
     with _client_directory(data_dir, needed=isinstance(basis, FunctionalBasis)) as directory:
         source = None
         if data_dir is None:  # the arrays stay in memory: the scenario names their digest only
-            source_section = {"kind": "in_memory", "digest": curves_digest(clients), "response_offset": response_offset}
+            source_section = {"kind": "in_memory", "digest": curves_digest(clients), "response_offset": offset,
+                              "response_scale": scale}
         else:  # the caller asked for the per-client files
             paths = [write_node_file(directory / f"client-{i}.npz", part) for i, part in enumerate(clients)]
             source_section = {"kind": "client_arrays", "paths": [str(p) for p in paths],
-                              "digests": [file_digest(p) for p in paths], "response_offset": response_offset}
+                              "digests": [file_digest(p) for p in paths], "response_offset": offset,
+                              "response_scale": scale}
+        # the schedule a call leaves unset comes from the scenario schema (privacy off:
+        # config.privacy_off_schedule, the same defaults as `fdp-flower run`)
         algorithm: dict[str, Any] = {"kind": "fdp_admm", "rho": rho}
-        if eps is None:  # no noise: the same schedule as total-budget mode (a constant step and a tail average)
-            from fdp_flower.algorithms.fdp_admm.config import SPHERE_TOTAL_BUDGET_DEFAULTS, TOTAL_BUDGET_DEFAULTS
-
-            algorithm.update(TOTAL_BUDGET_DEFAULTS if clip_shape == "ellipsoid" else SPHERE_TOTAL_BUDGET_DEFAULTS)
         if rounds is not None:
             algorithm["rounds"] = rounds
         if step is not None:
@@ -495,6 +554,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             accountant.check(label, planned_multipliers(scenario), noise_key)
         if data_dir is None:
             source = data_source(scenario, clients)
+        _say_predicted_cost(scenario, [len(rows) for rows in parts], basis, progress)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
         with claimed_output(out):  # a file, /proc/x or another run's directory: refused before training
             result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)

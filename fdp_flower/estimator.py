@@ -462,7 +462,7 @@ def select_lam(curves, y, lams, *, accountant, eps_per_fit: float, loss_clip: fl
             index = a * cv + k
             model = fdp_flower.fit(values[train], response[train], grid=grid, tau=tau, lam=lam, eps=eps_fit,
                                    delta=delta, seed=noise_seed(seed, index), accountant=accountant,
-                                   name=f"select_lam fold {k + 1}/{cv}", **{"reference": False, **fit_kwargs})
+                                   name=f"select_lam-fold-{k + 1}-of-{cv}", **{"reference": False, **fit_kwargs})
             residual = response[held] - model.predict(values[held])
             loss = np.minimum(residual * (tau - (residual < 0)), float(loss_clip))
             sensitivity = float(loss_clip) / held.size

@@ -147,7 +147,7 @@ def test_stops_exactly_when_the_rule_holds_and_never_after_the_cap():
     assert len({h["rho"] for h in hist}) > 1  # residual balancing changed rho on the way
     capped = run_fdp_admm(_scenario("algorithm.stopping.tol_abs=1.0e-9", "algorithm.stopping.tol_rel=0.0"),
                           with_reference=False)
-    assert len(capped.history) == 12 and capped.stop_reason == "completed"
+    assert len(capped.history) == 12 and capped.stop_reason.startswith("cap: algorithm.rounds = 12")  # not converged
 
 
 def test_batched_equals_inprocess_with_the_adaptive_rules():

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from fdp_flower.algorithms.faults import advance_with_failures, draw_failures
-from fdp_flower.algorithms.fdp_admm.config import TOTAL_BUDGET_DEFAULTS, parse_scenario
+from fdp_flower.algorithms.fdp_admm.config import TOTAL_BUDGET_DEFAULTS, parse_scenario, privacy_off_schedule
 from fdp_flower.algorithms.fdp_admm.plan import noise_plan
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, tail_start_round
 from fdp_flower.engines.batched import run_batched
@@ -69,7 +69,7 @@ def test_total_mode_takes_its_own_defaults_and_explicit_values_win():
     assert per_round.algorithm.rounds == 30 and per_round.algorithm.estimator.kind == "last"
     assert per_round.algorithm.step.kind == "theorem2"
     off = parse_scenario({**SMALL, "privacy": {"mode": "total", "enabled": False}})
-    assert off.algorithm.rounds == 30
+    assert off.algorithm.rounds == privacy_off_schedule(off.model.clip_shape)["rounds"]  # fit's and run's one source
     mine = parse_scenario({**SMALL, "algorithm": {"rounds": 7}, "privacy": {"mode": "total", "eps": 1.0}})
     assert mine.algorithm.rounds == 7 and mine.algorithm.estimator == total.algorithm.estimator
     # the resolved scenario round-trips

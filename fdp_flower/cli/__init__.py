@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -67,6 +68,7 @@ def _registered():
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    shown, warnings.formatwarning = warnings.formatwarning, _warning_line  # one line, not a source excerpt
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:  # ScenarioError, DataValidationError, NodeDataError, CheckpointError, ...
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {where}{exc.strerror or _one_line(exc)}", file=sys.stderr)
         return 1
     finally:  # the results directories this command locked (fdp_flower.outputs.results.claim_output_dir)
+        warnings.formatwarning = shown
         from fdp_flower.outputs.results import release_all_output_dirs
 
         release_all_output_dirs()
@@ -95,6 +98,10 @@ _INTERRUPT_NOTE = {
     "run": "checkpoints written so far are kept (fdp-flower run --resume <results dir>)",
     "sweep": "finished configurations are kept; continue with fdp-flower sweep --resume <sweep file>",
 }
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {' '.join(str(message).split())}\n"
 
 
 def _one_line(exc: BaseException) -> str:

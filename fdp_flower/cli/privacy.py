@@ -204,6 +204,10 @@ def run(args: argparse.Namespace) -> int:
         ok = headline <= p.eps
         print(f"budget check: {headline:.6g} {'<=' if ok else '>'} {p.eps:g} "
               f"({'within' if ok else 'EXCEEDS'} the total budget)")
+    from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section
+
+    for line in predicted_cost_lines(predicted_cost_section(scenario, sizes)):
+        print(line)
     full = ledger.epsilon_curve(worst.client, delta, with_pld=False)
     pld_points = []
     if with_pld:

@@ -42,6 +42,12 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
     rounds = scenario.algorithm.rounds
     # before the first release, not after training: writable, no other run in it, no other writer (a lock)
     claim_output_dir(out_dir, resume=resume is not None)
+    if resume is None:  # what the setting can support, said before training (written to summary.json too)
+        from fdp_flower.algorithms.fdp_admm.plan import partition_sizes
+        from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section
+
+        for line in predicted_cost_lines(predicted_cost_section(scenario, partition_sizes(scenario))):
+            print(line, flush=True)
 
     def progress(round_: int, row: dict) -> None:
         if round_ % max(1, rounds // 20) == 0 or round_ == rounds:

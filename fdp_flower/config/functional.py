@@ -46,6 +46,10 @@ class NodeFiles(_Frozen):
     response_offset: float = Field(
         0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client "
                          "(model.intercept fits the rest privately)")
+    response_scale: float = Field(
+        1.0, gt=0, le=1e12, description="public positive constant the client divides every response by after "
+                                        "subtracting response_offset (the fit is in these units; the released "
+                                        "model is mapped back)")
 
     @model_validator(mode="after")
     def _grid(self):
@@ -74,6 +78,10 @@ class ClientArrays(_Frozen):
         None, max_length=10_000, description="SHA-256 (hex) of each file; null: not checked")
     response_offset: float = Field(
         0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client")
+    response_scale: float = Field(
+        1.0, gt=0, le=1e12, description="public positive constant the client divides every response by after "
+                                        "subtracting response_offset (the fit is in these units; the released "
+                                        "model is mapped back)")
 
     @model_validator(mode="after")
     def _digests(self):
@@ -91,6 +99,10 @@ class InMemoryCurves(_Frozen):
     digest: str = Field(min_length=1, max_length=100, description="SHA-256 of the clients' grids, curves and responses")
     response_offset: float = Field(
         0.0, ge=-1e12, le=1e12, description="public constant subtracted from every response on the client")
+    response_scale: float = Field(
+        1.0, gt=0, le=1e12, description="public positive constant the client divides every response by after "
+                                        "subtracting response_offset (the fit is in these units; the released "
+                                        "model is mapped back)")
 
 
 DataSource = tagged_union(PaperSimulation, NodeFiles, ClientArrays, InMemoryCurves, default="paper_simulation")

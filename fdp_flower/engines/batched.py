@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
+from fdp_flower.algorithms.fdp_admm.convergence import cap_reason
 from fdp_flower.algorithms.fdp_admm.convergence import stop_reason as converged_reason
 from fdp_flower.algorithms.fdp_admm.plan import (
     build_objective,
@@ -219,7 +220,9 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
         out.append(BatchedResult(sc, last_w, avg_w, rows[c][-1], hist,
                                  None if traces is None else traces[:(stopped[c] or rounds), c].copy(),
                                  estimate_w=est_w,
-                                 stop_reason=converged_reason(int(stopped[c])) if stopped[c] else "completed"))
+                                 stop_reason=converged_reason(int(stopped[c])) if stopped[c]
+                                 else cap_reason(rounds) if sc.algorithm.stopping.kind == "residuals"
+                                 else "completed"))
     return out
 
 

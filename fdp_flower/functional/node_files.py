@@ -197,8 +197,9 @@ def npz_grid_and_size(path: str | Path) -> tuple[np.ndarray, int]:
 
 
 def read_node_file(path: str | Path, *, expected_grid: np.ndarray | None = None,
-                   response_offset: float = 0.0, digest: str | None = None) -> CurveData:
-    """Read and validate one node's file; ``response_offset`` (public) is subtracted from the responses;
+                   response_offset: float = 0.0, response_scale: float = 1.0, digest: str | None = None) -> CurveData:
+    """Read and validate one node's file; the responses become (y - ``response_offset``) / ``response_scale``
+    (public constants);
     ``digest``: the file's expected SHA-256 (:func:`check_digest`)."""
     path = Path(path)
     if not path.is_file():
@@ -220,7 +221,15 @@ def read_node_file(path: str | Path, *, expected_grid: np.ndarray | None = None,
             raise NodeDataError(f"{path}: {name} contain NaN or infinite values ({int(bad.sum())} "
                                 f"entries; first in sample {row})")
     grid = np.asarray(expected_grid, dtype=float) if expected_grid is not None else grid
-    return CurveData(curves, response - float(response_offset), grid)
+    return CurveData(curves, standardized_response(response, response_offset, response_scale), grid)
+
+
+def standardized_response(response: np.ndarray, offset: float = 0.0, scale: float = 1.0) -> np.ndarray:
+    """(y - offset) / scale with the public constants of ``data.response_offset`` / ``data.response_scale``
+    (unchanged, not copied, for 0 and 1)."""
+    if offset == 0 and scale == 1:
+        return response
+    return (np.asarray(response, dtype=float) - float(offset)) / float(scale)
 
 
 # ------------------------------------------------------------------ writing

@@ -99,7 +99,8 @@ class NodeFilesSource:
         from fdp_flower.functional.node_files import read_node_file
 
         return read_node_file(self.path_of(partition, path), expected_grid=self.grid(),
-                              response_offset=self.config.response_offset)
+                              response_offset=self.config.response_offset,
+                              response_scale=self.config.response_scale)
 
     def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
         return None
@@ -149,7 +150,8 @@ class ClientArraysSource:
         if not 0 <= partition < len(self.config.paths):
             raise ValueError(f"partition {partition} outside [0, {len(self.config.paths)})")
         return read_node_file(self.config.paths[partition], expected_grid=self.grid(),
-                              response_offset=self.config.response_offset, digest=self._digest(partition))
+                              response_offset=self.config.response_offset,
+                              response_scale=self.config.response_scale, digest=self._digest(partition))
 
     def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
         return None
@@ -206,8 +208,11 @@ class InMemorySource:
         if not 0 <= partition < len(self.parts):
             raise ValueError(f"partition {partition} outside [0, {len(self.parts)})")
         part = self.parts[partition]
-        offset = self.config.response_offset
-        return part if offset == 0 else CurveData(part.curves, part.response - offset, part.grid)
+        from fdp_flower.functional.node_files import standardized_response
+
+        offset, scale = self.config.response_offset, self.config.response_scale
+        return part if (offset, scale) == (0, 1) else CurveData(
+            part.curves, standardized_response(part.response, offset, scale), part.grid)
 
     def true_beta(self, grid: np.ndarray) -> np.ndarray | None:
         return None

@@ -187,10 +187,10 @@ class FunctionalModel:
 
     @property
     def coefficients(self) -> np.ndarray:
-        """The K basis coefficients of beta_hat."""
+        """The K basis coefficients of beta_hat (in the response's units: times ``data.response_scale``)."""
         from fdp_flower.algorithms.fdp_admm.plan import split_coefficients
 
-        return split_coefficients(self.scenario, self.w)[1]
+        return _response_scale(self.scenario) * split_coefficients(self.scenario, self.w)[1]
 
     @cached_property
     def beta_values(self) -> np.ndarray:
@@ -207,13 +207,14 @@ class FunctionalModel:
     @cached_property
     def intercept(self) -> float:
         """alpha in y = alpha + int beta_hat X: the public response offset, plus the fitted intercept
-        b = c0 w_0 (0 without ``model.intercept``), minus int beta_hat(t) mean(t) dt of the basis's
-        centring curve."""
+        b = c0 w_0 (0 without ``model.intercept``) times the public response scale, minus
+        int beta_hat(t) mean(t) dt of the basis's centring curve."""
         from fdp_flower.algorithms.fdp_admm.plan import split_coefficients
 
         b = float(split_coefficients(self.scenario, self.w)[0])
         offset = float(getattr(self.scenario.data, "response_offset", 0.0))
-        return offset + b - float((self.beta_values * self.basis.weights) @ self.basis.mean)
+        return offset + _response_scale(self.scenario) * b - float((self.beta_values * self.basis.weights)
+                                                                   @ self.basis.mean)
 
     def predict(self, curves) -> np.ndarray:
         """The fitted tau-quantile of y for each curve: intercept + int beta_hat X, shape (n,).
@@ -530,3 +531,7 @@ def gradient_intercept_scale(scenario) -> float:
     d = scenario.data
     return float(d.intercept_share * scenario.model.clip_c1) if getattr(d, "intercept", False) else 0.0
 
+
+def _response_scale(scenario) -> float:
+    """The public ``data.response_scale`` the clients divided the responses by (1 when the source has none)."""
+    return float(getattr(scenario.data, "response_scale", 1.0))

@@ -325,6 +325,20 @@ def site_report_rows(site_reports: dict[int, dict], ledger) -> list[dict]:
     return rows
 
 
+def _predicted_cost(result) -> dict | None:
+    """The predicted privacy cost of an FDP-ADMM run (:mod:`fdp_flower.algorithms.fdp_admm.predicted`) from
+    its public sizes and, when the basis publishes them, its score variances."""
+    from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_section
+
+    sizes = [m for m in (result.sample_sizes or []) if m]
+    if not sizes or len(sizes) != len(result.sample_sizes):
+        return None
+    basis = result.basis
+    return predicted_cost_section(result.scenario, sizes,
+                                  eigenvalues=None if basis is None else basis.eigenvalues,
+                                  n_components=None if basis is None else basis.n_components)
+
+
 def summarize(result, privacy: dict | None = None) -> dict:
     sc = result.scenario
     final = result.history[-1] if result.history else {}
@@ -343,6 +357,9 @@ def summarize(result, privacy: dict | None = None) -> dict:
     }
     if getattr(sc.basis, "kind", None) == "pooled" and summary["privacy"].get("private"):
         summary["privacy"]["caveat"] = POOLED_BASIS_CAVEAT  # printed with eps (privacy_headline)
+    predicted = _predicted_cost(result)
+    if predicted is not None:
+        summary["predicted_privacy_cost"] = predicted
     sites = getattr(result, "site_reports", None) or {}
     if sites and privacy is None:
         summary["privacy"]["sites"] = site_report_rows(sites, result.ledger)
@@ -403,8 +420,9 @@ def write_results(result, out_dir: str | Path) -> Path:
         # the released model: the scenario's estimator (last iterate, average or tail average)
         intercept, coef = split_coefficients(result.scenario,
                                              result.state.estimate(result.scenario.algorithm.estimator.kind))
-        arrays["beta_hat"] = result.basis.function(coef)
-        arrays["intercept"] = np.asarray(intercept)
+        scale = float(getattr(result.scenario.data, "response_scale", 1.0))  # back to the response's units
+        arrays["beta_hat"] = scale * result.basis.function(coef)
+        arrays["intercept"] = np.asarray(scale * intercept)
     try:
         summary = summarize(result)
     except (ArithmeticError, MemoryError, ValueError) as exc:  # the other files are written whatever happens here

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
-from fdp_flower.algorithms.fdp_admm.convergence import CONVERGED
+from fdp_flower.algorithms.fdp_admm.convergence import CAP, CONVERGED, ended_normally
 from fdp_flower.algorithms.fdp_admm.plan import data_source, noise_scales
 from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
@@ -283,6 +283,12 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             except OSError as exc:  # the run goes on; writing its results rescues what is lost
                 log(WARNING, "fdp-flower: checkpoint not written (%s)", exc.strerror or exc)
 
+    if resume is None:  # what the setting can support, said before the first round (summary.json keeps it)
+        from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section
+
+        for line in predicted_cost_lines(predicted_cost_section(scenario, sizes, eigenvalues=basis.eigenvalues,
+                                                                n_components=basis.n_components)):
+            log(WARNING if line.startswith("warning:") else INFO, "fdp-flower: %s", line)
     strategy = FDPADMMStrategy(scenario, basis, evaluate_state=evaluator, partition_sizes=sizes,
                                on_round=checkpoint, hosts_many_clients=setup is None)
     strategy.server_context = context
@@ -311,7 +317,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         if rounds_left > 0:
             strategy.start(grid=grid, initial_arrays=strategy.round_arrays(), num_rounds=rounds_left,
                            timeout=scenario.faults.reply_timeout, evaluate_fn=strategy.evaluate_fn)
-        if strategy.stop_reason is not None and strategy.stop_reason.startswith(CONVERGED):  # eq. (1.17)
+        if strategy.stop_reason is not None and strategy.stop_reason.startswith((CONVERGED, CAP)):  # eq. (1.17)
             stop_reason = strategy.stop_reason
     except FederationError as exc:
         stop_reason = f"stopped: {exc}"
@@ -346,5 +352,5 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             site["client"], site["run_eps"], site["run_releases"], site["eps"], site["releases"], site["max_eps"],
             site["delta"], site["neighbouring"], "n/a" if site["server_eps"] is None else f"{site['server_eps']:.4f}")
     log(INFO, "fdp-flower: results in %s", out.resolve())
-    if stop_reason != "completed" and not stop_reason.startswith(CONVERGED):
+    if not ended_normally(stop_reason):
         raise FederationError(stop_reason)

@@ -4,6 +4,7 @@ Parsed once per run; frozen; unknown fields are errors.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,6 +138,20 @@ TOTAL_BUDGET_CLIP: dict[str, Any] = {"clip_shape": "ellipsoid", "clip_c1": 4.0}
 BASES_WITH_SCORE_VARIANCES = ("pooled", "federated_dp")
 
 
+def privacy_off_schedule(clip_shape: str, *, step_given: bool = False) -> dict[str, Any]:
+    """The FDP-ADMM schedule (``rounds``, ``step``, ``step_units``, ``estimator``) of a run without privacy,
+    for the fields a scenario leaves unset: the total-budget schedule of the same clip (the same steps, without
+    the noise), with ``rounds`` a cap of the residual stop of :data:`NON_PRIVATE_DEFAULTS`.  The one source of
+    the privacy-off defaults of ``fdp-flower run``, the Flower app and :func:`fdp_flower.fit` (``eps=None``);
+    ``step_units`` only together with the default step (a step the scenario gives is in its own units)."""
+    defaults = TOTAL_BUDGET_DEFAULTS if clip_shape == "ellipsoid" else SPHERE_TOTAL_BUDGET_DEFAULTS
+    return {k: v for k, v in defaults.items() if not (step_given and k == "step_units")}
+
+
+class ModeMismatchWarning(UserWarning):
+    """A setting chosen for one privacy mode kept in the other (:mod:`fdp_flower.algorithms.fdp_admm.mode_rules`)."""
+
+
 class Scenario(_Frozen):
     """A complete run description.
 
@@ -163,9 +178,28 @@ class Scenario(_Frozen):
 
     @model_validator(mode="before")
     @classmethod
+    def _mode_mismatches(cls, data: Any) -> Any:
+        """Settings of one privacy mode carried into the other (:func:`~fdp_flower.algorithms.fdp_admm.
+        mode_rules.mode_mismatches`): refused (one-line error) or warned about (:class:`ModeMismatchWarning`,
+        one line naming what to change).  Every path that reads an FDP-ADMM scenario (``fdp-flower run``,
+        ``privacy``, ``sweep``, the Flower apps, :func:`fdp_flower.fit`) validates here.  The rules look only
+        at what the defaults below never fill (a Theorem 2 step, a sphere clip without ``clip_shape``, the
+        last iterate, a per-round run's rounds), so the order of the validators does not matter."""
+        from fdp_flower.algorithms.fdp_admm.mode_rules import mode_mismatches
+
+        if isinstance(data, dict):
+            for mismatch in mode_mismatches(data):
+                if mismatch.refuse:
+                    raise ValueError(mismatch.message)
+                warnings.warn(mismatch.message, ModeMismatchWarning, stacklevel=2)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _non_private_defaults(cls, data: Any) -> Any:
         """Privacy off: fill an unset ``algorithm.rho_rule`` / ``algorithm.stopping``, or the ``kind`` of one
-        given without it, from :data:`NON_PRIVATE_DEFAULTS` (never overrides a given value)."""
+        given without it, from :data:`NON_PRIVATE_DEFAULTS`, and the unset schedule fields from
+        :func:`privacy_off_schedule` (never overrides a given value)."""
         if not isinstance(data, dict):
             return data
         privacy = data.get("privacy")
@@ -181,6 +215,10 @@ class Scenario(_Frozen):
                 filled[key] = default
             elif isinstance(given, dict) and "kind" not in given:  # e.g. only stopping.tol_rel set
                 filled[key] = {**given, "kind": default["kind"]}
+        model = data.get("model", {})
+        shape = model.get("clip_shape", "sphere") if isinstance(model, dict) else getattr(model, "clip_shape", "sphere")
+        filled.update({k: v for k, v in privacy_off_schedule(shape, step_given="step" in algorithm).items()
+                       if k not in algorithm})
         return {**data, "algorithm": {**algorithm, **filled}} if filled else data
 
     @model_validator(mode="before")
@@ -261,7 +299,8 @@ class Scenario(_Frozen):
 
 
 def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
-    """Validate a mapping; raises :class:`ScenarioError` with a one-line message."""
+    """Validate a mapping; raises :class:`ScenarioError` with a one-line message (settings of one privacy
+    mode kept in the other: :meth:`Scenario._mode_mismatches`)."""
     return validate_mapping(Scenario, data, source)
 
 

@@ -28,6 +28,8 @@ from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 
 #: the reason a run gives when the stopping rule (1.17) ends it before the cap
 CONVERGED = "converged"
+#: the reason a run with the stopping rule (1.17) gives when it reaches ``algorithm.rounds`` without meeting it
+CAP = "cap"
 
 
 @dataclass(frozen=True)
@@ -117,3 +119,16 @@ def server_after_round(algorithm, previous: FDPADMMState, state: FDPADMMState, r
 def stop_reason(round_: int) -> str:
     """The run's ``stop_reason`` when eq. (1.17) ends it after ``round_``."""
     return f"{CONVERGED}: primal and dual residuals below tolerance after round {round_}"
+
+
+def cap_reason(rounds: int) -> str:
+    """The run's ``stop_reason`` when a run with stopping kind ``residuals`` reaches its cap of ``rounds``
+    without eq. (1.17) holding: the estimate is not known to have converged (raise ``algorithm.rounds``)."""
+    return (f"{CAP}: algorithm.rounds = {rounds} reached before the primal and dual residuals fell below "
+            "tolerance (not converged; raise algorithm.rounds)")
+
+
+def ended_normally(reason: str | None) -> bool:
+    """A run that ended by its schedule: ``completed`` (all planned rounds), ``converged`` or ``cap``
+    (not a failure, an interruption or an exhausted budget)."""
+    return reason is None or reason == "completed" or reason.startswith((CONVERGED, CAP))

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fdp_flower.algorithms.faults import advance_with_failures
-from fdp_flower.algorithms.fdp_admm.convergence import server_after_round, stop_reason
+from fdp_flower.algorithms.fdp_admm.convergence import cap_reason, server_after_round, stop_reason
 from fdp_flower.algorithms.fdp_admm.plan import (
     aggregation_trust,
     build_objective,
@@ -345,4 +345,6 @@ class FDPADMMServer(ServerProtocol):
         row["failed_clients"] = int(self.num_clients - replied.sum())
         if control.stop:
             self.stop_reason = stop_reason(round_)
+        elif round_ >= self.scenario.algorithm.rounds and self.scenario.algorithm.stopping.kind == "residuals":
+            self.stop_reason = cap_reason(round_)  # the stopping test was on and never held
         return row
