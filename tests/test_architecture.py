@@ -146,3 +146,16 @@ def test_results_file_names_come_from_the_one_layout(module):
                       if isinstance(node, ast.Constant) and node.value in RESULTS_FILE_NAMES
                       and id(node) not in docstrings and id(node) not in in_messages})
     assert not spelled, f"{module} spells {spelled}: name them through fdp_flower.outputs.layout.ResultsDir"
+
+
+#: Flower's app-facing API (the Message API and the legacy records SecAgg+ speaks) comes through the shims of
+#: ``fdp_flower.wire`` (``flwr.py``, ``flwr_server.py``, ``flwr_secagg.py``, ``flwr_secagg_server.py``), which
+#: import it once with Flower's import-time warnings filtered
+FLWR_APP_API = ("flwr.app", "flwr.serverapp", "flwr.common", "flwr.server", "flwr.compat")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("fdp_flower.wire")))
+def test_flowers_app_api_comes_through_the_one_shim(module):
+    direct = sorted({name for name in _imports(MODULES[module], module)
+                     if any(name == api or name.startswith(api + ".") for api in FLWR_APP_API)})
+    assert not direct, f"{module} imports {direct} directly: import them from fdp_flower.wire.flwr (or its siblings)"

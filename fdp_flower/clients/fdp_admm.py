@@ -332,7 +332,7 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
                     extra["clipped-rows-sigma"] = float(site.policy.clipped_rows_sigma)
                 outcome = replace(outcome, metrics={**outcome.metrics, **extra})
             released.append(outcome)
-    from flwr.common.constant import ErrorCode
+    from fdp_flower.wire.flwr import ErrorCode
 
     code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
     if len(requests) == 1 and refused:  # a one-client message: its refusal is the reply (nothing released)

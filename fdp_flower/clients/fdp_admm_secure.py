@@ -19,19 +19,15 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 
 import numpy as np
 
 from fdp_flower.privacy.distributed import tolerated_nodes
 from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_PREFIX
+from fdp_flower.wire.flwr import ConfigRecord, Context, Message
+from fdp_flower.wire.flwr_secagg import RECORD_KEY_CONFIGS, Key, Stage, parameters_to_ndarrays, recorddict_compat
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    from flwr.app import ConfigRecord, Context, Message
-    from flwr.common import parameters_to_ndarrays
-    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-    from flwr.compat.common.recorddict_compat import recorddict_to_fitins
+recorddict_to_fitins = recorddict_compat.recorddict_to_fitins
 
 log = logging.getLogger(__name__)
 

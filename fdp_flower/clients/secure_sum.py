@@ -23,20 +23,24 @@ num_examples = 1).  The guard (:func:`secure_sum_guard`) refuses, with nothing r
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    from flwr.app import Context, Message
-    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
-    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage
-    from flwr.compat.common import recorddict_compat as compat
-
 from fdp_flower.privacy.distributed import FlowerGrid
+from fdp_flower.wire.flwr import Context, Message
+from fdp_flower.wire.flwr_secagg import (
+    RECORD_KEY_CONFIGS,
+    RECORD_KEY_STATE,
+    Code,
+    FitRes,
+    Key,
+    Stage,
+    Status,
+    ndarrays_to_parameters,
+)
+from fdp_flower.wire.flwr_secagg import recorddict_compat as compat
 
 
 class SecureSumSiteRefusal(RuntimeError):

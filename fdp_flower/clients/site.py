@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -44,11 +43,7 @@ from fdp_flower.privacy.site_policy import (
     clipped_rows_release,
     site_epsilon,
 )
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="typer")
-    from flwr.app import ConfigRecord, Context, Error, Message
-    from flwr.common.constant import ErrorCode
+from fdp_flower.wire.flwr import ConfigRecord, Context, Error, ErrorCode, Message
 
 #: What a site refuses with (an error reply, nothing released).
 SITE_ERRORS = (SiteRefusal, SitePolicyError, SiteLedgerError)

@@ -27,29 +27,34 @@ empty metrics and num_examples = 1.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
 import numpy as np
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
-    from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
-    from flwr.common.logger import log
-    from flwr.server import LegacyContext, ServerConfig
-    from flwr.server.client_manager import ClientManager, SimpleClientManager
-    from flwr.server.client_proxy import ClientProxy
-    from flwr.server.compat.grid_client_proxy import GridClientProxy
-    from flwr.server.strategy import Strategy
-    from flwr.server.workflow import SecAggPlusWorkflow
-    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
-    from flwr.server.workflow.constant import Key as WorkflowKey
-    from flwr.serverapp import Grid
-
 from fdp_flower.privacy.distributed import FlowerGrid
 from fdp_flower.strategies.common import polling
+from fdp_flower.wire.flwr import ArrayRecord, ConfigRecord, Context, Message, RecordDict, log
+from fdp_flower.wire.flwr_secagg_server import (
+    MAIN_CONFIGS_RECORD,
+    MAIN_PARAMS_RECORD,
+    ClientManager,
+    ClientProxy,
+    FitIns,
+    FitRes,
+    GridClientProxy,
+    LegacyContext,
+    Parameters,
+    Scalar,
+    SecAggPlusWorkflow,
+    ServerConfig,
+    SimpleClientManager,
+    WorkflowKey,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
+from fdp_flower.wire.flwr_secagg_server import LegacyStrategy as Strategy
+from fdp_flower.wire.flwr_server import Grid
 
 
 class SecureSumRefused(RuntimeError):
