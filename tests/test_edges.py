@@ -645,10 +645,11 @@ def test_api_bad_inputs_are_one_line_or_handled(name, call, match, check, tmp_pa
 
 
 def test_a_pooled_basis_is_named_where_eps_is_printed(tmp_path, capsys):
-    """The flagship scenario's noise-free pooled basis (scenarios/flwr_default.yaml) is not covered by the eps:
-    the privacy line printed with eps says so, and summary.json carries it (issue 30)."""
+    """A noise-free pooled basis is not covered by the eps: the privacy line printed with eps says so, and
+    summary.json carries it (issue 30); the flagship scenario (scenarios/flwr_default.yaml) estimates its basis
+    privately (federated_dp, charged), so its eps covers everything it released."""
     assert yaml.safe_load((Path(__file__).resolve().parents[1] / "scenarios" / "flwr_default.yaml").read_text()
-                          )["basis"]["kind"] == "pooled"  # the case this covers
+                          )["basis"]["kind"] == "federated_dp"
     scenario = _write(tmp_path / "s.yaml", {**TINY, "basis": {"kind": "pooled", "n_components": 3}})
     assert cli.main(["run", scenario, "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("privacy spent"))

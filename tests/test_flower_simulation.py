@@ -31,7 +31,10 @@ def _run_and_compare(tmp_path, env, overrides: str, label: str):
     for name in ("global_w", "duals", "noisy_primals"):
         np.testing.assert_allclose(final[f"state_{name}"], getattr(local.state, name), rtol=0, atol=1e-10)
     flower_ledger = (result_dir / "ledger.csv").read_text().splitlines()
-    assert len(flower_ledger) - 1 == len(local.ledger.releases) == scenario.algorithm.rounds * scenario.federation.num_clients
+    # one release per client and round, and the private basis phase's one per client (federated_dp, round 0)
+    basis_phase = scenario.federation.num_clients if getattr(scenario.basis, "private", False) else 0
+    assert len(flower_ledger) - 1 == len(local.ledger.releases) == \
+        scenario.algorithm.rounds * scenario.federation.num_clients + basis_phase
     assert summary["privacy"]["eps"] == pytest.approx(
         local.ledger.worst_case(scenario.privacy.delta).eps, rel=1e-9)
     return summary

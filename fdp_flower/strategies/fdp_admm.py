@@ -23,6 +23,7 @@ from fdp_flower.algorithms.fdp_admm.plan import data_source, noise_scales
 from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
+from fdp_flower.functional.federated_fpca import FPCA_ROUND, basis_releases
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.outputs.layout import ResultsDir
 from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, releases_after
@@ -308,6 +309,14 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                 len(lost), resume.round)
         log(INFO, "fdp-flower: resuming after round %d of %d (%d releases already in the ledger)",
             resume.round, scenario.algorithm.rounds, len(resume.ledger.releases))
+    if setup is None and not any(r.round == FPCA_ROUND for r in strategy.ledger.releases):
+        from fdp_flower.algorithms.fdp_admm.plan import noise_plan
+
+        if noise_plan(scenario, basis).basis_multiplier is not None:
+            # simulated data: the private basis phase's releases (one per client, round 0), charged as in process
+            b = scenario.basis
+            strategy.ledger.record_many(basis_releases([int(m) for m in sizes], clip_cb=b.clip_cb, eps=b.eps,
+                                                       delta=b.delta))
     stop_reason = "completed"
     try:
         connected = wait_for_nodes(grid, scenario.federation.num_clients, settle=2.0)
