@@ -33,6 +33,7 @@ def test_cli_engine_flower_runs_the_scenario_on_flower(tmp_path, capsys):
     assert "status: finished:completed" in out
     (result_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert f"results: {result_dir}" in out
+    assert f"plot: {result_dir / 'convergence.png'}" in out and (result_dir / "convergence.png").stat().st_size > 0
     final = np.load(result_dir / "final.npz")
     local = run_fdp_admm(load_scenario(path, OVERRIDES))
     np.testing.assert_allclose(final["state_global_w"], local.state.global_w, rtol=0, atol=1e-10)

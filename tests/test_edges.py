@@ -791,3 +791,19 @@ def test_one_grid_tolerance_in_process_and_in_deployment(tmp_path, task_identity
         check_grid(far, grid_of(sc), "in process")
     with pytest.raises(SetupError, match="grid mismatch between nodes"):
         check_setup_replies(sc, replies())
+
+
+def test_a_run_beside_an_earlier_one_draws_its_plot_in_its_own_directory(tmp_path, capsys, monkeypatch):
+    """Without --out a second run of a scenario goes beside the first (``<name>-2``); its convergence.png goes
+    there too, and the first run's directory is left as it was."""
+    monkeypatch.chdir(tmp_path)
+    scenario = _write(tmp_path / "s.yaml", {**TINY, "output": {"dir": str(tmp_path / "results")}})
+    assert cli.main(["run", scenario]) == 0
+    first = tmp_path / "results" / "tiny"
+    before = {p.name: p.stat().st_mtime_ns for p in first.iterdir()}
+    capsys.readouterr()
+    assert cli.main(["run", scenario]) == 0
+    printed = capsys.readouterr().out
+    (second,) = [p for p in (tmp_path / "results").iterdir() if p != first]
+    assert f"plot: {second / 'convergence.png'}" in printed and (second / "convergence.png").is_file()
+    assert {p.name: p.stat().st_mtime_ns for p in first.iterdir()} == before

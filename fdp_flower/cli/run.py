@@ -42,6 +42,7 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
     rounds = scenario.algorithm.rounds
     # before the first release, not after training: writable, no other run in it, no other writer (a lock)
     claim_output_dir(out_dir, resume=resume is not None)
+    args.results_dir = out_dir  # where the run writes (the plot goes there too)
     if resume is None:  # what the setting can support, said before training (written to summary.json too)
         from fdp_flower.algorithms.fdp_admm.plan import partition_sizes
         from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section
@@ -128,6 +129,7 @@ def _scenario_and_out(args: argparse.Namespace):
     scenario = load_any_scenario(args.scenario, args.set)
     # no other run in it (the default directory: beside an earlier run), no other writer
     out = claim_output_dir(args.out or beside_other_runs(f"{scenario.output.dir}/{scenario.name}"))
+    args.results_dir = out  # where the run writes (the plot goes there too)
     ResultsDir.at(out).scenario.write_text(scenario_to_yaml(scenario))
     return scenario, out
 

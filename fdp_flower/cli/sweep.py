@@ -201,6 +201,12 @@ def _run_on_flower(args: argparse.Namespace, load_scenario) -> int:
         if shown:
             print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
     print(f"results: {out}")
+    if not args.no_plots:  # the same figure as an in-process run
+        from fdp_flower.outputs.plots import plot_results_dir
+
+        path = plot_results_dir(out)
+        if path is not None:
+            print(f"plot: {path}")
     if (out / FLOWER_LOG).is_file():
         print(f"Flower's output of the run (its final-results dump included): {out / FLOWER_LOG}")
     return 0
@@ -250,8 +256,11 @@ def extend_run(sub) -> None:
         if code == 0 and not args.no_plots and args.scenario:
             from fdp_flower.outputs.plots import plot_results_dir
 
-            scenario = load_scenario(args.scenario, args.set)
-            path = plot_results_dir(Path(args.out or f"{scenario.output.dir}/{scenario.name}"))
+            results = getattr(args, "results_dir", None)
+            if results is None:
+                scenario = load_scenario(args.scenario, args.set)
+                results = args.out or f"{scenario.output.dir}/{scenario.name}"
+            path = plot_results_dir(Path(results))
             if path is not None:
                 print(f"plot: {path}")
         return code
