@@ -67,8 +67,9 @@ def test_secure_sum_equals_the_inprocess_sum_bit_for_bit_and_only_masked_values_
     expected = apps.expected_sum(cfg, 1, range(NODES))
     assert round1["total"] == expected  # int64 lists: bit for bit
     assert len(round1["contributors"]) == NODES and round1["dropped"] == []
-    # the plan's shares are far from Flower's clip, and the sum is not trivially small
-    assert max(abs(v) for v in expected) > 1e6
+    # the plan's shares are far from Flower's clip, and the sum is not trivially small: well above one share's
+    # noise sd at the sampler's largest Poisson mean (sqrt(2 * 2^30) = 46341)
+    assert max(abs(v) for v in expected) > 1e5
     # what crossed the wire in clear at the masked-vector stage: no arrays, empty metrics, num_examples 1
     collect = [w for w in round1["wire"] if w["stage"] == "collect_masked_vectors"]
     assert len(collect) == NODES

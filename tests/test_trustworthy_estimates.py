@@ -119,6 +119,8 @@ def test_cli_run_and_privacy_print_the_prediction_and_the_warning(tmp_path, caps
 # ---------------------------------------------------------------- mode rules
 def test_a_per_round_scenario_switched_to_total_is_warned_in_one_line(tmp_path):
     data = yaml.safe_load((ROOT / "scenarios" / "flwr_default.yaml").read_text())
+    # the paper's pooled basis: the flagship's private basis phase (basis.eps = 1) alone exceeds a total of 0.5
+    data["basis"] = {"kind": "pooled", "n_components": 10}
     data["privacy"]["mode"] = "total"
     with pytest.warns(ModeMismatchWarning) as caught:
         parse_scenario(data)
