@@ -21,7 +21,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,13 @@ from fdp_flower.algorithms.fdp_admm.plan import data_source, load_partition, sit
 from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, site_features
 from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.clients.common import check_data_fingerprint, node_partition, partition_data_error
-from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data, public_reason, refusal_reply
+from fdp_flower.clients.site import (
+    SITE_ERRORS,
+    SiteSession,
+    names_own_data,
+    releases_reply,
+    with_clipped_count,
+)
 from fdp_flower.functional.fpca import FunctionalBasis
 from fdp_flower.wire import (
     BASIS_DIGEST_KEY,
@@ -39,11 +44,10 @@ from fdp_flower.wire import (
     BASIS_PREFIX,
     basis_digest,
     pack_arrays,
-    pack_releases,
     unpack_arrays,
     unpack_requests,
 )
-from fdp_flower.wire.flwr import ConfigRecord, Context, Message, RecordDict
+from fdp_flower.wire.flwr import ConfigRecord, Context, Message
 
 log = logging.getLogger(__name__)
 
@@ -326,17 +330,6 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
             except SITE_ERRORS as exc:  # the count is refused alone: the release stands
                 count = None
                 log.warning("fdp-flower: client %d's count of clipped rows not sent: %s", partitions[j], exc)
-            if count is not None:
-                extra = {"clipped-rows": count}
-                if site.node_local:
-                    extra["clipped-rows-sigma"] = float(site.policy.clipped_rows_sigma)
-                outcome = replace(outcome, metrics={**outcome.metrics, **extra})
-            released.append(outcome)
-    from fdp_flower.wire.flwr import ErrorCode
-
-    code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
-    if len(requests) == 1 and refused:  # a one-client message: its refusal is the reply (nothing released)
-        return refusal_reply(msg, refused[0], context)
-    errors = [(partitions.get(j, -1 if requests[j].client is None else requests[j].client), code,
-               public_reason(refused[j], context)) for j in sorted(refused)]
-    return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)
+            released.append(with_clipped_count(outcome, count, site))
+    return releases_reply(msg, context, site, released, refused, lambda j: partitions.get(
+        j, -1 if requests[j].client is None else requests[j].client), single=len(requests) == 1)

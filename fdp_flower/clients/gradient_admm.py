@@ -19,15 +19,13 @@ The algorithm's state lives on the server; the client keeps nothing between roun
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from fdp_flower.algorithms.gradient_admm.plan import ScenarioData, data_source, site_plan
 from fdp_flower.algorithms.gradient_admm.site import SiteData, answer
 from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.clients.common import check_node_files, node_partition, own_rows, partition_data_error
-from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data, public_reason
-from fdp_flower.wire import pack_releases, unpack_requests
-from fdp_flower.wire.flwr import Context, Error, ErrorCode, Message, RecordDict
+from fdp_flower.clients.site import SITE_ERRORS, SiteSession, names_own_data, releases_reply, with_clipped_count
+from fdp_flower.wire import unpack_requests
+from fdp_flower.wire.flwr import Context, Message
 
 #: id(scenario) -> (scenario, its data source): a process serving many messages of a run loads the rows once
 _SOURCES: dict[int, tuple[object, object]] = {}
@@ -91,15 +89,6 @@ def handle_gradient_admm_train(msg: Message, context: Context, scenario, data: S
             # data only when nothing is private
             count = site.clipped_rows(sites.clipped_rows[k], client=outcome.client, round_=outcome.round,
                                       requested=not private)
-            if count is not None:
-                extra = {"clipped-rows": count}
-                if site.node_local:
-                    extra["clipped-rows-sigma"] = float(site.policy.clipped_rows_sigma)
-                outcome = replace(outcome, metrics={**outcome.metrics, **extra})
-            released.append(outcome)
-    code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
-    if len(requests) == 1 and refused:  # a one-client message: its refusal is the reply (nothing released)
-        return Message(Error(code=code, reason=public_reason(refused[0], context)), reply_to=msg)
-    errors = [(rows[j][0] if j in rows else (-1 if requests[j].client is None else requests[j].client), code,
-               public_reason(refused[j], context)) for j in sorted(refused)]
-    return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)
+            released.append(with_clipped_count(outcome, count, site))
+    return releases_reply(msg, context, site, released, refused, lambda j: rows[j][0] if j in rows else (
+        -1 if requests[j].client is None else requests[j].client), single=len(requests) == 1)

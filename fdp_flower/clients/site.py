@@ -216,5 +216,33 @@ def refusal_reply(msg: Message, exc: Exception, context: Context | None = None) 
                    reply_to=msg)
 
 
+def with_clipped_count(outcome, count: int | None, site: SiteSession):
+    """``outcome`` (a :class:`~fdp_flower.algorithms.protocol.SiteRelease`) with the site's count of clipped rows in
+    its metrics, and the sigma of that count's noise on the site's own data (``count`` None: unchanged)."""
+    from dataclasses import replace
+
+    if count is None:
+        return outcome
+    extra = {"clipped-rows": count}
+    if site.node_local:
+        extra["clipped-rows-sigma"] = float(site.policy.clipped_rows_sigma)
+    return replace(outcome, metrics={**outcome.metrics, **extra})
+
+
+def releases_reply(msg: Message, context: Context, site: SiteSession, released: list, refused: dict,
+                   client_of, *, single: bool) -> Message:
+    """The reply of a message's requests: a one-request message (``single``) that was refused is an error reply
+    (nothing released); otherwise the releases and, per refused request ``j``, ``(client_of(j), code, public reason)``
+    (:func:`fdp_flower.wire.pack_releases`), with the site's record."""
+    from fdp_flower.wire import pack_releases
+    from fdp_flower.wire.flwr import RecordDict
+
+    if single and refused:
+        return refusal_reply(msg, next(iter(refused.values())), context)
+    code = int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
+    errors = [(client_of(j), code, public_reason(refused[j], context)) for j in sorted(refused)]
+    return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)
+
+
 __all__ = ["SITE_ERRORS", "SITE_RECORD", "SiteSession", "names_own_data", "public_reason", "refusal_reply",
-           "scenario_digest"]
+           "releases_reply", "scenario_digest", "with_clipped_count"]
