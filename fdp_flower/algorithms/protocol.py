@@ -81,6 +81,18 @@ class SiteRequest:
     public: Mapping[str, np.ndarray]
 
 
+def requested_client(request: SiteRequest, requests: Sequence[SiteRequest], clients: Sequence[int]) -> int:
+    """The client a site's ``request`` names (None: the site's own, when it holds one), checked: the site holds
+    it and the request is of the same round as the first of ``requests`` (one answer covers one round); a
+    one-line ``ValueError`` otherwise."""
+    client = clients[0] if request.client is None and len(clients) == 1 else request.client
+    if client is None or int(client) not in clients:
+        raise ValueError(f"this site does not hold client {client}")
+    if request.round != requests[0].round:
+        raise ValueError("one answer covers one round")
+    return int(client)
+
+
 @dataclass(frozen=True)
 class SiteRelease:
     """What a site returns for one request: its noisy data term and public bookkeeping.

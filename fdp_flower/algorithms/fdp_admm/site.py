@@ -25,7 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
-from fdp_flower.algorithms.protocol import NoiseSource, SiteRelease, SiteRequest, check_public
+from fdp_flower.algorithms.protocol import NoiseSource, SiteRelease, SiteRequest, check_public, requested_client
 from fdp_flower.core.clipping import clip_rows, clip_rows_ellipsoid, intercept_design
 from fdp_flower.core.losses import QuantileLoss
 from fdp_flower.privacy.distributed import SecureSumPlan, SkellamSumRelease, site_share
@@ -288,12 +288,8 @@ def answer(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, nois
     rows: list[tuple[int, int]] = []  # (request, row of data)
     points = []
     for j, request in enumerate(requests):
-        client = data.clients[0] if request.client is None and len(data.clients) == 1 else request.client
         try:
-            if client is None or int(client) not in data.clients:
-                raise ValueError(f"this site does not hold client {client}")
-            if request.round != requests[0].round:
-                raise ValueError("one answer covers one round")
+            client = requested_client(request, requests, data.clients)
             points.append(check_public("point", request.public.get("point"), (plan.dim,)))
             rows.append((j, data.clients.index(int(client))))
         except ValueError as exc:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fdp_flower.algorithms.gradient_admm.update import MECHANISM, GradientPrivacy, gradient_sensitivity
-from fdp_flower.algorithms.protocol import NoiseSource, SiteRelease, SiteRequest, check_public
+from fdp_flower.algorithms.protocol import NoiseSource, SiteRelease, SiteRequest, check_public, requested_client
 from fdp_flower.core.clipping import clip_rows
 from fdp_flower.privacy.ledger import GaussianRelease
 from fdp_flower.privacy.mechanisms import add_gaussian_noise
@@ -135,12 +135,8 @@ def answer(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, nois
     checked = data.__dict__.setdefault("_checked", set())  # (client, loss) whose responses passed
     last: tuple = (None, None)  # (the public value, its checked array): one check for a shared point
     for request in requests:
-        client = data.clients[0] if request.client is None and len(data.clients) == 1 else request.client
         try:
-            if client is None or int(client) not in data.clients:
-                raise ValueError(f"this site does not hold client {client}")
-            if request.round != requests[0].round:
-                raise ValueError("one answer covers one round")
+            client = requested_client(request, requests, data.clients)
             value = request.public.get(POINT)
             if value is None or value is not last[0]:
                 last = (value, check_public(POINT, value, (plan.dim,)))
