@@ -74,7 +74,7 @@ SEED_OFFSET = {"paper": 10_000, "brownian": 20_000}
 DESIGNS = {
     "paper": dict(design="paper", curve_scale=1.0, basis="cosine", n_components=4, clip=3.0, step=2.0),
     "brownian": dict(design="brownian", curve_scale=2.0, basis="cosine", n_components=3, clip=3.0, step=0.8,
-                     beta_cosine=(0.5, -1.0, 0.8)),
+                     beta_cosine=(0.5, -1.0, 0.8), rounds=400),
 }
 COLUMNS = ("design", "tau", "eps", "rep", "refused", "cover_pointwise", "cover_simultaneous", "cover_intercept",
            "width_pointwise", "width_simultaneous", "sd_sampling", "sd_privacy", "intercept_sd",
@@ -194,7 +194,8 @@ def projection_gap(design_name: str, model, beta_target: np.ndarray) -> float:
 def fit_kwargs(design_name: str, tau: float) -> dict:
     spec = DESIGNS[design_name]
     return dict(grid=GRID, tau=tau, n_clients=N_SITES, basis=spec["basis"], n_components=spec["n_components"],
-                clip=spec["clip"], step=spec["step"], penalty="none", lam=0.0, reference=False, delta=DELTA)
+                clip=spec["clip"], step=spec["step"], penalty="none", lam=0.0, reference=False, delta=DELTA,
+                rounds=spec.get("rounds"), response_offset=0.0, response_scale=1.0)
 
 
 def one_cell(design_name: str, tau: float, eps, rep: int, curves, y, truth) -> dict:
@@ -260,8 +261,8 @@ def run_job(job: tuple) -> list[dict]:
     curves, y = draw(design_name, seed, N_SAMPLES, tau)
     key = (design_name, tau)
     if key not in _TARGETS:  # the rows depend on the basis and clip only: any fit's model defines them
-        probe = fdp_flower.fit(curves[:2000], y[:2000], eps=None, rounds=1, **{**fit_kwargs(design_name, tau),
-                                                                              "n_clients": 2})
+        probe = fdp_flower.fit(curves[:2000], y[:2000], eps=None, **{**fit_kwargs(design_name, tau),
+                                                                    "n_clients": 2, "rounds": 1})
         truth_of(design_name, tau, probe)
     return [one_cell(design_name, tau, eps, rep, curves, y, _TARGETS[key]) for eps in EPSILONS
             if eps is not None or rep < nonprivate_reps]
