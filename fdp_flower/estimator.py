@@ -112,10 +112,12 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         The level of ``band_`` and of ``summary()`` (default: 0.95).
     n_clients : int
         Number of simulated sites the rows are split over (default: 10); or ``client_ids`` in ``fit``.
-    basis, n_components, clip, clip_shape, intercept_share, response_offset, rho, step, rounds, estimator,
-    basis_eps, basis_delta, noise_source :
-        As in :func:`fdp_flower.fit` (defaults: "cosine", 10, 3.0, "sphere", 0.5, 0.0, 0.1, None, None, None,
-        None, None, "seeded").
+    basis, n_components, clip, clip_shape, intercept_share, response_offset, response_scale, rho, step, rounds,
+    estimator, basis_eps, basis_delta, noise_source :
+        As in :func:`fdp_flower.fit` (defaults: "cosine", 10, 3.0, "sphere", 0.5, None, None, 0.1, None, None,
+        None, None, None, "seeded"; ``response_offset`` / ``response_scale`` None: without privacy the
+        response's median and IQR / 1.349, with privacy 0 and 1 -- the fitted quantiles move with the response's
+        location and scale).
     fit_intercept : bool
         Fit an intercept (through the public column c0 = intercept_share * clip; default: True).
     grid : array or None
@@ -151,7 +153,9 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
                  delta: float = 1e-5, inference_share: float | None = 0.15, confidence_level: float = 0.95,
                  n_clients: int = 10, basis="cosine", n_components: int = 10, clip: float = 3.0,
                  clip_shape: str = "sphere", fit_intercept: bool = True, intercept_share: float = 0.5,
-                 response_offset: float = 0.0, rho: float = 0.1, step: float | None = None, rounds: int | None = None,
+                 response_offset: float | None = None,
+                 response_scale: float | None = None, rho: float = 0.1, step: float | None = None,
+                 rounds: int | None = None,
                  estimator: str | None = None, basis_eps: float | None = None, basis_delta: float | None = None,
                  noise_source: str = "seeded", grid=None, random_state: int = 0, accountant=None):
         self.quantile = quantile
@@ -169,6 +173,7 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         self.fit_intercept = fit_intercept
         self.intercept_share = intercept_share
         self.response_offset = response_offset
+        self.response_scale = response_scale
         self.rho = rho
         self.step = step
         self.rounds = rounds
@@ -261,7 +266,8 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
             lam=float(self.alpha) * (n_clients if n_clients is not None else len(np.unique(client_ids))),
             rounds=self.rounds, basis=self.basis, n_components=self.n_components, clip=self.clip,
             clip_shape=self.clip_shape, intercept=self.fit_intercept, intercept_share=self.intercept_share,
-            response_offset=self.response_offset, rho=self.rho, step=self.step, estimator=self.estimator,
+            response_offset=self.response_offset, response_scale=self.response_scale, rho=self.rho, step=self.step,
+            estimator=self.estimator,
             basis_eps=self.basis_eps, basis_delta=self.basis_delta, seed=self.random_state,
             noise_source=self.noise_source, reference=False, name="FDPQuantileRegressor")
         several = not np.isscalar(self.quantile)

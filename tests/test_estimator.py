@@ -103,10 +103,10 @@ def test_fdatagrid_fdatabasis_and_arrays_give_the_same_fit(data):
 
 def test_non_private_inference_gives_a_band_and_a_summary(data):
     """Without privacy the inference releases carry no noise: the band's privacy part is 0 and the summary
-    states what was fitted (tau, n, sites, penalty, basis, not private) with intervals.  Step 2: at the default
-    step 3 these sites overshoot the consensus in round 1 and the band is refused (the stability check,
-    docs/inference.md)."""
-    est = fdp_flower.FDPQuantileRegressor(eps=None, step=2.0, **QUICK).fit(data.curves, data.response)
+    states what was fitted (tau, n, sites, penalty, basis, not private) with intervals.  Step 1.5: at the
+    default step 3 (and at 2, on the response standardized by its median and IQR) these sites overshoot the
+    consensus in round 1 and the band is refused (the stability check, docs/inference.md)."""
+    est = fdp_flower.FDPQuantileRegressor(eps=None, step=1.5, **QUICK).fit(data.curves, data.response)
     band = est.band_
     assert band is not None and np.all(band.sd_privacy == 0) and np.all(band.sd > 0)
     assert np.all(band.simultaneous[0] <= band.pointwise[0]) and band.critical_simultaneous > band.critical_pointwise
@@ -115,6 +115,23 @@ def test_non_private_inference_gives_a_band_and_a_summary(data):
                   "cosine, K = 3 on 30 grid points (fixed, data-independent: no privacy", "not private",
                   "beta(0.5)", "intercept", "[95%"):
         assert piece in text, piece
+
+
+def test_the_band_is_in_the_responses_units(data):
+    """A non-private fit standardizes y by its median and IQR (public constants of the fit), so the fit of
+    c + s y is the fit of y in other units: its band is c + s times the band of y (the sd s times), and the
+    band's centre lies where the model's beta does up to the debiasing (9.7) -- which is small here."""
+    est = dict(eps=None, step=1.5, **QUICK)
+    base = fdp_flower.FDPQuantileRegressor(**est).fit(data.curves, data.response).band_
+    shift, scale = 10.0, 1000.0
+    moved = fdp_flower.FDPQuantileRegressor(**est).fit(data.curves, shift + scale * data.response)
+    band = moved.band_
+    np.testing.assert_allclose(band.estimate, scale * base.estimate, rtol=1e-6, atol=1e-9 * scale)
+    np.testing.assert_allclose(band.sd, scale * base.sd, rtol=1e-6)
+    assert band.intercept == pytest.approx(shift + scale * base.intercept, rel=1e-9)
+    assert band.intercept_sd == pytest.approx(scale * base.intercept_sd, rel=1e-6)
+    # the band is centred on the model's own beta (in y's units), not on its standardized coefficients
+    assert np.max(np.abs(band.estimate - moved.model_.beta_values)) < 3 * np.max(band.sd)
 
 
 def test_save_and_load_round_trip_a_private_model_with_its_inference(tmp_path, data):

@@ -48,15 +48,18 @@ def inference_round(scenario) -> int:
 
 def site_rows_of(model, curves: np.ndarray, response: np.ndarray) -> SiteRows:
     """A site's rows as in training (basis scores, clipped, intercept column) in the noise shape's units and
-    its residuals at the model's released estimate ``model.w`` (responses minus the public offset)."""
+    its residuals at the model's released estimate ``model.w`` (in the fit's units: (y - response_offset) /
+    response_scale, the public constants the sites trained on)."""
     from fdp_flower.algorithms.fdp_admm.site import site_features
     from fdp_flower.functional.design import CurveData
+    from fdp_flower.functional.node_files import standardized_response
 
     sc = model.scenario
     data = CurveData(np.asarray(curves, dtype=float), np.asarray(response, dtype=float), model.basis.grid)
     features, _ = site_features(sc, model.basis, data)
-    offset = float(getattr(sc.data, "response_offset", 0.0))
-    return site_rows(features, data.response - offset, model.w, scales=noise_shape(sc, model.basis),
+    response = standardized_response(data.response, float(getattr(sc.data, "response_offset", 0.0)),
+                                     float(getattr(sc.data, "response_scale", 1.0)))
+    return site_rows(features, response, model.w, scales=noise_shape(sc, model.basis),
                      bound=row_bound(sc))
 
 
@@ -108,18 +111,21 @@ def plan_summary(model) -> NoisePlanSummary:
 
 def linear_maps(model) -> tuple[np.ndarray, np.ndarray, float]:
     """(beta_map (G, p), intercept_map (p,), offset): beta(t_g) = beta_map[g] . w and
-    alpha = offset + intercept_map . w (docs/algorithms.md, eq. (1.12))."""
+    alpha = offset + intercept_map . w (docs/algorithms.md, eq. (1.12)), in the response's units: the sites
+    fit (y - response_offset) / response_scale, so both maps carry the public ``response_scale`` (as
+    ``model.beta_values`` and ``model.intercept`` do)."""
     sc = model.scenario
     basis = model.basis
     dim = model.w.size
     k = basis.n_components
+    scale = float(getattr(sc.data, "response_scale", 1.0))
     beta_map = np.zeros((basis.grid.size, dim))
     beta_map[:, dim - k:] = basis.components.T
     intercept_map = np.zeros(dim)
     intercept_map[dim - k:] = -(basis.components * basis.weights) @ basis.mean
     if sc.model.intercept:
         intercept_map[0] = sc.model.intercept_share * sc.model.clip_c1
-    return beta_map, intercept_map, float(getattr(sc.data, "response_offset", 0.0))
+    return scale * beta_map, scale * intercept_map, float(getattr(sc.data, "response_offset", 0.0))
 
 
 def model_band(model, sandwich: SandwichEstimate, *, level: float = 0.95, debias: bool = True,
