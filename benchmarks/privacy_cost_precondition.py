@@ -59,7 +59,7 @@ import privacy_cost as pc  # noqa: E402
 
 from fdp_flower.algorithms.fdp_admm.plan import build_objective, noise_plan, noise_scales, tail_start  # noqa: E402
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState  # noqa: E402
-from fdp_flower.engines.batched import _batched_loss_terms, run_batched  # noqa: E402
+from fdp_flower.engines.batched import run_batched  # noqa: E402
 from fdp_flower.privacy.mechanisms import release_rng  # noqa: E402
 
 
@@ -93,6 +93,20 @@ def candidate_weights(name: str, lam_k: np.ndarray, c1: float, rho: float,
 CANDIDATES = ("default", "eta_white", "eta_white_x0.5", "eta_pow05", "eta_damped10", "metric_damped")
 
 
+def quantile_terms(tau: float, site, w: np.ndarray) -> np.ndarray:
+    """Every client's mean check-loss subgradient (C, M, K) at its point w (C, M, K): (1/m_i) sum_j a_ij
+    (1{a_ij . w >= y_ij} - tau), one client at a time (the rows of ``site``, a stacked ``SiteData``)."""
+    n_cfg, num_clients, dim = w.shape
+    counts = site.counts
+    mask = np.ones(site.response.shape) if site.mask is None else site.mask
+    means = np.einsum("imk,im->ik", site.features, mask) / counts[:, None]
+    sums = np.empty((num_clients, n_cfg, dim))
+    for i in range(num_clients):
+        hit = (w[:, i, :] @ site.features_t[i] >= site.response[i]) * mask[i]
+        sums[i] = hit @ site.features[i]
+    return (sums / counts[:, None, None] - tau * means[:, None, :]).transpose(1, 0, 2)
+
+
 def run_preconditioned(sc, data, weights: dict[str, tuple[np.ndarray, float]], *,
                        noise_factor: float = 1.0) -> dict[str, np.ndarray]:
     """The released tail average of every candidate on one scenario (same noise draws for all;
@@ -101,7 +115,7 @@ def run_preconditioned(sc, data, weights: dict[str, tuple[np.ndarray, float]], *
     n_cfg = len(names)
     objective = build_objective(sc)
     plan = noise_plan(sc, data.basis)
-    y = data.site_for(sc).response
+    site = data.site_for(sc)
     num_clients, dim = data.site.features.shape[0], data.site.features.shape[2]
     rounds, rho0 = sc.algorithm.rounds, sc.algorithm.rho
     sizes = data.sizes.astype(float)
@@ -120,7 +134,7 @@ def run_preconditioned(sc, data, weights: dict[str, tuple[np.ndarray, float]], *
                          tail_start(sc), zeros[:, 0].copy())
     lam_over_m = objective.lam / objective.num_clients
     for l in range(1, rounds + 1):
-        s = (_batched_loss_terms(objective.loss, data, y, state.noisy_primals)
+        s = (quantile_terms(objective.loss.tau, site, state.noisy_primals)
              + lam_over_m * objective.penalty.subgradient(state.noisy_primals))
         primals = d[:, None, :] * (state.duals + rho[:, None, :] * state.global_w[:, None, :]
                                    + inv_eta[:, None, :] * state.noisy_primals - s)
