@@ -1,0 +1,218 @@
+"""DP-ADMM / DP-AccADMM's server on node files (``data.kind: node_files``): the server builds its protocol from
+the nodes' setup reports (m_i, d) and A without the pooled rows, refuses bad reports and a graph-guided A in one
+line, and drives the same math as the in-process engine.
+
+The fast tests run the real ClientApp setup handler and train handler in this process (a grid that hands each
+message to ``client_app``); the slow ones are a real SuperLink and SuperNodes on loopback."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fdp_flower.algorithms.gradient_admm.nodes import (
+    PublicStatistics,
+    check_node_reports,
+    node_constraint_matrix,
+)
+from fdp_flower.algorithms.gradient_admm.plan import build_problem, load_scenario_data
+from fdp_flower.algorithms.gradient_admm.protocol import node_files_server, server_for
+from fdp_flower.algorithms.registry import parse_any_scenario
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.data.tabular import write_arrays_file
+from fdp_flower.wire.flwr import Context, Message, RecordDict
+from tests.test_faults import task_identity  # noqa: F401  (autouse fixture: Flower's task identity)
+
+APP = Path(__file__).resolve().parents[1]
+SCENARIO = APP / "scenarios" / "deploy_dp_admm.yaml"
+K, SIZES = 4, (60, 45, 80)
+
+
+def scenario(data=None, **sections):
+    base = {"name": "dp_admm_nodes", "seed": 5, "data": data or {"kind": "node_files"},
+            "federation": {"num_clients": len(SIZES)},
+            "model": {"loss": {"kind": "logistic"}, "penalty": {"kind": "l1", "lam": 1e-3},
+                      "constraint": {"kind": "lasso"}, "clip_c1": 1.0},
+            "algorithm": {"kind": "dp_acc_admm", "rounds": 6, "rho": 0.03, "eta": 4.0},
+            "privacy": {"enabled": True, "eps": 2.0, "delta": 1e-5}}
+    base.update(sections)
+    return parse_any_scenario(base)
+
+
+def site_rows(seed=2):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m in SIZES:
+        a = rng.standard_normal((m, K))
+        rows.append((a, np.where(a @ np.arange(1.0, K + 1) + rng.standard_normal(m) > 0, 1.0, -1.0)))
+    return rows
+
+
+def write_sites(directory, rows):
+    return [write_arrays_file(Path(directory) / f"node-{i}.npz", a, y) for i, (a, y) in enumerate(rows)]
+
+
+# ------------------------------------------------------------------ the pure setup path
+def test_reports_give_the_plan_and_bad_reports_are_one_line():
+    plan = check_node_reports({0: {"num-examples": 60, "dim": 4}, 1: {"num-examples": 45.0, "dim": 4},
+                               2: {"num-examples": 80, "dim": 4}}, 3)
+    assert plan.sizes.tolist() == [60, 45, 80] and plan.dim == 4 and plan.num_clients == 3
+    good = {"num-examples": 10, "dim": 4}
+    cases = [({0: good, 1: {"num-examples": 10.5, "dim": 4}}, "client 1: reports m_i (num-examples) = 10.5, not an integer"),
+             ({0: good, 1: {"num-examples": -3, "dim": 4}}, "client 1: reports m_i (num-examples) = -3, expected an integer >= 1"),
+             ({0: good, 1: {"num-examples": 0, "dim": 4}}, "expected an integer >= 1"),
+             ({0: good, 1: {"num-examples": "ten", "dim": 4}}, "not an integer"),
+             ({0: good, 1: {"num-examples": float("nan"), "dim": 4}}, "not an integer"),
+             ({0: good, 1: {"num-examples": True, "dim": 4}}, "not an integer"),
+             ({0: good, 1: {"num-examples": 10, "dim": 5}}, "the nodes' rows differ in dimension: clients [0] have d = 4; "
+                                                           "clients [1] have d = 5"),
+             ({0: good, 1: {"num-examples": 10}}, "client 1: the setup report lacks 'dim'"),
+             ({0: good}, "no setup report from clients [1]"),
+             ({0: good, 1: good, 2: good}, "setup reports from clients [2] outside 0..1")]
+    for reports, message in cases:
+        with pytest.raises(ValueError) as err:
+            check_node_reports(reports, 2)
+        assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+    with pytest.raises(ValueError, match="the nodes' rows have d = 4 columns, the constraint matrix A has 3"):
+        check_node_reports({0: good, 1: good}, 2, dim=3)
+
+
+def test_graph_guided_a_is_refused_on_node_files_and_a_file_of_a_is_used(tmp_path):
+    with pytest.raises(ScenarioError, match="graph_guided estimates A on the pooled rows") as err:
+        scenario(model={"loss": {"kind": "logistic"}, "penalty": {"kind": "l1", "lam": 1e-3}})  # A's default
+    assert "\n" not in str(err.value)
+    with pytest.raises(ScenarioError, match="init_dual 'paper'"):
+        scenario(privacy={"enabled": False}, algorithm={"kind": "dp_admm", "rounds": 5, "rho": 0.1, "eta": 1.0,
+                                                         "init_dual": "paper", "nonprivate_step": "admm"})
+    assert np.array_equal(node_constraint_matrix(scenario(), 4), np.eye(4))
+    a = np.array([[1.0, -1.0, 0.0, 0.0], [0.0, 1.0, -1.0, 0.0]])
+    np.save(tmp_path / "a.npy", a)
+    user = scenario(model={"loss": {"kind": "logistic"}, "penalty": {"kind": "l1", "lam": 1e-3},
+                           "constraint": {"kind": "user", "path": str(tmp_path / "a.npy")}})
+    assert np.array_equal(node_constraint_matrix(user, 4), a)
+    with pytest.raises(ValueError, match="A must be finite with 5 columns"):
+        node_constraint_matrix(user, 5)
+
+
+def test_the_server_from_reports_is_the_server_from_rows(tmp_path):
+    """Built from the reported m_i and d, the server has the rows' calibration, gamma and A, and on the same
+    releases takes the same steps as the server the in-process engine builds from the pooled rows."""
+    rows = site_rows()
+    paths = write_sites(tmp_path, rows)
+    sim = scenario({"kind": "arrays", "paths": [str(p) for p in paths]})
+    nodes = scenario()
+    problem = build_problem(sim, load_scenario_data(sim))
+    reference = server_for(sim, problem)
+    plan = check_node_reports({i: {"num-examples": m, "dim": K} for i, m in enumerate(SIZES)}, len(SIZES))
+    matrix = node_constraint_matrix(nodes, plan.dim)
+    server = node_files_server(nodes, plan, matrix, evaluator=PublicStatistics(matrix, 1e-3))
+    assert np.array_equal(server.sizes, reference.sizes) and server.gamma == reference.gamma
+    assert np.array_equal(server.matrix, reference.matrix)
+    for i, m in enumerate(SIZES):
+        assert server.planned_release(1, i) == reference.planned_release(1, i)
+    from fdp_flower.algorithms.gradient_admm.site import answer
+    from fdp_flower.privacy.mechanisms import release_rng
+
+    def noise(events):
+        return release_rng(5, events[0].client, events[0].round, "seeded")
+
+    sites = problem.site_data()
+    for both in range(sim.algorithm.rounds):
+        for srv in (reference, server):
+            plan_ = srv.begin_round()
+            for release in answer(plan_.requests, sites, problem.site_plan(sim.algorithm.rounds, srv.privacy), noise):
+                srv.accept(release)
+            srv.end_round()
+    assert np.array_equal(server.state.x, reference.state.x) and np.array_equal(server.state.u, reference.state.u)
+    row = server.history[-1]
+    assert set(row) >= {"x_norm", "penalty"} and "objective" not in row
+    assert row["x_norm"] == pytest.approx(float(np.linalg.norm(server.state.x)), rel=1e-15)
+
+
+# ------------------------------------------------------------------ the setup phase through the real ClientApp
+class NodesGrid:
+    """A grid whose nodes are this process's ClientApp with one context each (node id 10 + i)."""
+
+    def __init__(self, contexts, sc, monkeypatch):
+        from fdp_flower import client_app
+
+        monkeypatch.setattr(client_app, "run_scenario", lambda _ctx: sc)
+        self.contexts = {10 + i: ctx for i, ctx in enumerate(contexts)}
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def send_and_receive(self, messages, timeout=None):
+        from fdp_flower import client_app
+
+        replies = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            msg.metadata.__dict__["_message_id"] = f"m{node}"  # as the SuperLink sets it
+            reply = client_app.query(msg, self.contexts[node])
+            reply.metadata.__dict__["_src_node_id"] = node
+            replies.append(reply)
+        return replies
+
+
+def node_context(path, i, ledger_dir, run_id=77, **site):
+    return Context(run_id=run_id, node_id=10 + i,
+                   node_config={"partition-id": i, "num-partitions": len(SIZES), "data-path": str(path),
+                                "ledger-dir": str(ledger_dir / f"site-{i}"), **site},
+                   state=RecordDict(), run_config={})
+
+
+def test_the_setup_phase_learns_m_i_and_d_from_the_nodes(tmp_path, monkeypatch):
+    from fdp_flower.strategies.gradient_admm import node_files_strategy
+
+    paths = write_sites(tmp_path / "data", site_rows())
+    sc = scenario()
+    grid = NodesGrid([node_context(p, i, tmp_path) for i, p in enumerate(paths)], sc, monkeypatch)
+    strategy = node_files_strategy(grid, sc, timeout=10)
+    assert strategy.server.sizes.tolist() == list(SIZES) and strategy.server.plan.dim == K
+    assert strategy.node_of_client == {0: 10, 1: 11, 2: 12} and not strategy.hosts_many_clients
+    assert sorted(strategy.site_reports) == [0, 1, 2]
+    assert all(r["releases"] == 0 and r["max-eps"] == 10.0 for r in strategy.site_reports.values())
+    for i in range(len(SIZES)):  # nothing is charged at setup: no site ledger line yet
+        ledger = tmp_path / f"site-{i}" / "site-ledger.jsonl"
+        assert not ledger.exists() or '"round"' not in ledger.read_text()
+
+
+def test_a_site_whose_max_eps_is_below_the_run_refuses_at_setup(tmp_path, monkeypatch):
+    from fdp_flower.strategies.node_phase import SetupError
+    from fdp_flower.strategies.gradient_admm import node_files_strategy
+
+    paths = write_sites(tmp_path / "data", site_rows())
+    sc = scenario()
+    contexts = [node_context(p, i, tmp_path, **({"max-eps": 0.5} if i == 1 else {})) for i, p in enumerate(paths)]
+    with pytest.raises(SetupError) as err:
+        node_files_strategy(NodesGrid(contexts, sc, monkeypatch), sc, timeout=10)
+    message = str(err.value)
+    assert message.startswith("client 1: site refuses the run at setup: its 6 planned releases would bring the "
+                              "site's eps to ") and "> max-eps 0.5" in message and "\n" not in message, message
+
+
+def test_a_node_with_bad_data_or_another_dimension_stops_the_setup(tmp_path, monkeypatch):
+    from fdp_flower.strategies.node_phase import SetupError
+    from fdp_flower.strategies.gradient_admm import node_files_strategy
+
+    rows = site_rows()
+    rows[2] = (np.hstack([rows[2][0], np.ones((SIZES[2], 1))]), rows[2][1])
+    paths = write_sites(tmp_path / "data", rows)
+    sc = scenario()
+    contexts = [node_context(p, i, tmp_path) for i, p in enumerate(paths)]
+    with pytest.raises(SetupError, match=r"the nodes' rows differ in dimension: clients \[0, 1\] have d = 4; "
+                                         r"clients \[2\] have d = 5"):
+        node_files_strategy(NodesGrid(contexts, sc, monkeypatch), sc, timeout=10)
+    rows = site_rows()
+    rows[0] = (rows[0][0], np.where(rows[0][1] > 0, 1.0, 0.0))  # 0/1 labels: the logistic bound does not hold
+    paths = write_sites(tmp_path / "data2", rows)
+    contexts = [node_context(p, i, tmp_path / "l2") for i, p in enumerate(paths)]
+    with pytest.raises(SetupError) as err:
+        node_files_strategy(NodesGrid(contexts, sc, monkeypatch), sc, timeout=10)
+    assert "setup phase failed on node 10: " in str(err.value) and "partition 0:" in str(err.value)
+    assert str(tmp_path) not in str(err.value)  # the node's path stays on the node
