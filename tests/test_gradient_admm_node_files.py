@@ -24,6 +24,7 @@ from fdp_flower.algorithms.gradient_admm.protocol import node_files_server, serv
 from fdp_flower.algorithms.registry import parse_any_scenario
 from fdp_flower.config.base import ScenarioError
 from fdp_flower.data.tabular import write_arrays_file
+from fdp_flower.engines.flower import LoopbackFederation
 from fdp_flower.wire.flwr import Context, Message, RecordDict
 from tests.test_faults import task_identity  # noqa: F401  (autouse fixture: Flower's task identity)
 
@@ -216,3 +217,105 @@ def test_a_node_with_bad_data_or_another_dimension_stops_the_setup(tmp_path, mon
         node_files_strategy(NodesGrid(contexts, sc, monkeypatch), sc, timeout=10)
     assert "setup phase failed on node 10: " in str(err.value) and "partition 0:" in str(err.value)
     assert str(tmp_path) not in str(err.value)  # the node's path stays on the node
+
+
+# ------------------------------------------------------------------ a real deployment on loopback
+def _flower_installed() -> bool:
+    return shutil.which("flower-superlink") is not None or (Path(sys.executable).parent / "flower-superlink").exists()
+
+
+needs_flower = pytest.mark.skipif(not _flower_installed(), reason="flower-superlink not installed")
+ROUNDS = 4
+
+
+def _run(fed, results, overrides=""):
+    return fed.run({"scenario": str(SCENARIO), "overrides": f"algorithm.rounds={ROUNDS}; {overrides}",
+                    "results-dir": str(results)}, timeout=400)
+
+
+def _site_charges(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if '"round"' in line] \
+        if Path(path).exists() else []
+
+
+@pytest.mark.slow
+@needs_flower
+def test_dp_admm_on_node_files_keeps_each_sites_ledger_and_max_eps(tmp_path):
+    """Three SuperNodes hold their own tabular files; the DP-ADMM server learns m_i and d at setup and never a
+    row.  Run 1 completes with OS-entropy noise, each site's ledger records its T releases, and each site's own
+    total is the server ledger's.  Run 2 of the same scenario on the same sites: the site whose max-eps (2.5)
+    cannot take a second run's cost (eps 2 each) refuses at setup, the run fails before any release and that
+    site's ledger is byte-identical."""
+    rows = site_rows()
+    paths = write_sites(tmp_path / "data", rows)
+    results = tmp_path / "results"
+    fed = LoopbackFederation(tmp_path, data_paths=paths, site_config=[{}, {}, {"max-eps": 2.5}])
+    try:
+        fed.start()
+        run_id, status = _run(fed, results)
+        assert status == "finished:completed", fed.logs()
+        charges = [_site_charges(fed.ledger_path(i)) for i in range(3)]
+        before = fed.ledger_path(2).read_bytes()
+        second, status2 = _run(fed, results)
+        assert status2 != "finished:completed", fed.logs()
+        after = fed.ledger_path(2).read_bytes()
+        later = [_site_charges(fed.ledger_path(i)) for i in range(2)]
+    finally:
+        fed.stop()
+    (out,) = list(results.glob(f"*run{run_id}"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reason"] == "completed" and summary["rounds_completed"] == ROUNDS
+    assert summary["sample_sizes"] == list(SIZES) and "no process holds" in summary["evaluation"]
+    assert set(summary["final"]) >= {"x_norm", "penalty"} and "objective" not in summary["final"]
+    for i, lines in enumerate(charges):  # one OS-entropy gradient release per round, charged before its draw
+        assert [c["round"] for c in lines] == list(range(1, ROUNDS + 1)), lines
+        assert {c["noise"] for c in lines} == {"os_entropy"} and {c["client"] for c in lines} == {i}
+        assert {c["mechanism"] for c in lines} == {"gaussian_gradient"}
+    reported = {s["client"]: s for s in summary["privacy"]["sites"]}
+    for c in range(3):
+        assert reported[c]["run_releases"] == ROUNDS and reported[c]["noise_source"] == "os_entropy"
+        assert reported[c]["run_eps"] == pytest.approx(reported[c]["server_eps"], rel=1e-9)
+        assert reported[c]["run_eps"] <= 2.0 + 1e-6  # the scenario's eps, at the site's delta and relation
+    assert final_x(out).shape == (K,) and np.all(np.isfinite(final_x(out)))
+    # run 2: refused at setup by site 2 alone; nothing released anywhere
+    assert after == before
+    assert [len(lines) for lines in later] == [ROUNDS, ROUNDS]
+    (out2,) = list(results.glob(f"*run{second}"))
+    stop = json.loads((out2 / "summary.json").read_text())["stop_reason"]
+    assert stop.startswith("stopped: setup phase: client 2: site refuses the run at setup: its 4 planned releases"), stop
+    assert "> max-eps 2.5" in stop and (out2 / "ledger.csv").read_text().count("\n") == 1  # header only
+
+
+def final_x(out):
+    with np.load(Path(out) / "final.npz") as final:
+        return final["x"]
+
+
+@pytest.mark.slow
+@needs_flower
+def test_dp_acc_admm_on_node_files_equals_the_in_process_engine(tmp_path):
+    """With seeded noise (each site opts in: allow-seeded-noise) the same rows give the same iterates whether
+    the in-process engine reads them as arrays or three SuperNodes read them as their own files."""
+    from fdp_flower.algorithms.registry import any_scenario_from_run_config
+    from fdp_flower.engines.gradient_admm import run_scenario
+
+    rows = site_rows()
+    paths = write_sites(tmp_path / "data", rows)
+    results = tmp_path / "results"
+    overrides = "algorithm.kind=dp_acc_admm"
+    fed = LoopbackFederation(tmp_path, data_paths=paths, site_config={"allow-seeded-noise": True})
+    try:
+        fed.start()
+        run_id, status = _run(fed, results, overrides)
+        assert status == "finished:completed", fed.logs()
+    finally:
+        fed.stop()
+    (out,) = list(results.glob(f"*run{run_id}"))
+    sim_scenario = any_scenario_from_run_config({
+        "scenario": str(SCENARIO), "overrides": f"algorithm.rounds={ROUNDS}; {overrides}; "
+                                                f"data={json.dumps({'kind': 'arrays', 'paths': [str(p) for p in paths]})}"})
+    sim, _problem, _ref = run_scenario(sim_scenario, with_reference=False)
+    np.testing.assert_allclose(final_x(out), sim.state.x, rtol=1e-10, atol=1e-12)
+    ledger = (out / "ledger.csv").read_text().splitlines()
+    assert len(ledger) == 1 + 3 * ROUNDS and len(sim.ledger.releases) == 3 * ROUNDS
+    print(f"node files == in process: max |x_dep - x_sim| = {np.max(np.abs(final_x(out) - sim.state.x)):.3g}")
