@@ -338,3 +338,77 @@ def test_partition_writes_tabular_node_files_the_sites_read(tmp_path, capsys):
     assert main(["partition", "breast_cancer", "--nodes", "3", "--out", str(tmp_path / "p"), "--format",
                  "parquet"]) == 2
     assert "breast_cancer rows are written as npz or csv" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the peer-to-peer relay on node files
+def p2p_scenario(data=None, **sections):
+    base = {"name": "p2p_nodes", "seed": 4, "federation": {"num_clients": len(SIZES)}, "topology": {"kind": "ring"},
+            "data": data or {"kind": "node_files"},
+            "model": {"loss": {"kind": "logistic"}, "penalty": {"kind": "l2", "lam": 0.1}, "clip_c1": 1.0},
+            "algorithm": {"kind": "zcdp_nfl", "rho": 1.0, "rounds": 5, "step": {"kind": "inv", "eta0": 10.0},
+                          "budget": {"kind": "constant"}},
+            "privacy": {"enabled": True, "mode": "total", "eps": 2.0, "delta": 1e-5}}
+    base.update(sections)
+    return parse_any_scenario(base)
+
+
+def test_the_relay_from_reports_is_the_relay_from_rows(tmp_path, monkeypatch):
+    """The relay built from the nodes' setup replies (real ClientApp query handler) has the rows' sizes, d, G, noise
+    plan and calibration, routes graph node i to the node whose file is partition i, and a site whose max-eps the
+    run's T releases would exceed refuses at setup."""
+    from fdp_flower.algorithms.p2p.protocol import scenario_server
+    from fdp_flower.strategies.node_phase import SetupError
+    from fdp_flower.strategies.relay import node_files_relay
+
+    paths = write_sites(tmp_path / "data", site_rows())
+    sc = p2p_scenario()
+    relay = node_files_relay(NodesGrid([node_context(p, i, tmp_path) for i, p in enumerate(paths)], sc, monkeypatch),
+                             sc, timeout=10)
+    reference = scenario_server(p2p_scenario({"kind": "arrays", "paths": [str(p) for p in paths]}))
+    server = relay.server
+    assert server.sizes.tolist() == list(SIZES) == reference.sizes.tolist() and server.dim == reference.dim == K
+    assert server.algorithm == reference.algorithm and server.plan.degrees == reference.plan.degrees
+    for node in range(len(SIZES)):
+        assert server.planned_release(3, node) == reference.planned_release(3, node)
+    assert relay.node_of_client == {0: 10, 1: 11, 2: 12} and sorted(relay.site_reports) == [0, 1, 2]
+    contexts = [node_context(p, i, tmp_path / "b", **({"max-eps": 0.5} if i == 2 else {})) for i, p in enumerate(paths)]
+    with pytest.raises(SetupError, match=r"^client 2: site refuses the run at setup: its 5 planned releases"):
+        node_files_relay(NodesGrid(contexts, sc, monkeypatch), sc, timeout=10)
+
+
+@pytest.mark.slow
+@needs_flower
+def test_the_relay_on_node_files_equals_the_in_process_engine(tmp_path):
+    """Three SuperNodes hold their own files and opt in to seeded noise: the relay learns m_i and d at setup,
+    every site's ledger records its T releases, and the released iterates are the in-process engine's on the
+    same rows (read as arrays)."""
+    from fdp_flower.engines.p2p import run_scenario as run_p2p_scenario
+
+    rows = site_rows()
+    paths = write_sites(tmp_path / "data", rows)
+    scenario_file = tmp_path / "p2p_nodes.yaml"
+    import yaml
+
+    base = p2p_scenario().model_dump(mode="json")
+    scenario_file.write_text(yaml.safe_dump(base))
+    results = tmp_path / "results"
+    fed = LoopbackFederation(tmp_path, data_paths=paths, site_config={"allow-seeded-noise": True})
+    try:
+        fed.start()
+        run_id, status = fed.run({"scenario": str(scenario_file), "overrides": "", "results-dir": str(results)},
+                                 timeout=400)
+        assert status == "finished:completed", fed.logs()
+        charges = [_site_charges(fed.ledger_path(i)) for i in range(3)]
+    finally:
+        fed.stop()
+    (out,) = list(results.glob(f"*run{run_id}"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sample_sizes"] == list(SIZES) and "no process holds" in summary["evaluation"]
+    assert set(summary["final"]) >= {"released_mean_norm", "released_disagreement"}
+    for i, lines in enumerate(charges):
+        assert [c["round"] for c in lines] == [1, 2, 3, 4, 5] and {c["client"] for c in lines} == {i}
+    sim = run_p2p_scenario(p2p_scenario({"kind": "arrays", "paths": [str(p) for p in paths]}))
+    with np.load(out / "iterates.npz") as it:
+        released = it["released"]
+    np.testing.assert_allclose(released, sim.released, rtol=1e-10, atol=1e-12)
+    print(f"relay on node files == in process: max |xt_dep - xt_sim| = {np.max(np.abs(released - sim.released)):.3g}")

@@ -94,39 +94,25 @@ def node_files_strategy(grid: Grid, scenario, *, timeout: float = SETUP_TIMEOUT)
     """The strategy of a run on node files (``data.kind: node_files``), from the nodes' setup phase: one QUERY
     a node (:func:`fdp_flower.clients.gradient_admm.handle_gradient_admm_setup_query`) returns its partition id,
     m_i, d and its site's totals; a node's error, a missing or duplicate partition, a site that refuses the
-    run (its ``max-eps``) or reports that do not fit (:func:`~fdp_flower.algorithms.gradient_admm.nodes.check_node_reports`)
+    run (its ``max-eps``) or reports that do not fit (:func:`~fdp_flower.algorithms.node_reports.check_node_reports`)
     stop the run here in one line (:class:`~fdp_flower.strategies.node_phase.SetupError`), before any release.
     Each node is one client (routed by the setup's partition ids); the history holds public statistics only
     (:class:`~fdp_flower.algorithms.gradient_admm.nodes.PublicStatistics`)."""
-    from fdp_flower.algorithms.gradient_admm.nodes import PublicStatistics, check_node_reports, node_constraint_matrix
+    from fdp_flower.algorithms.gradient_admm.nodes import PublicStatistics, node_constraint_matrix
     from fdp_flower.algorithms.gradient_admm.protocol import node_files_server
-    from fdp_flower.strategies.common import wait_for_nodes
-    from fdp_flower.strategies.node_phase import SetupError, query_setup, setup_replies_by_client
+    from fdp_flower.strategies.node_phase import SetupError, tabular_node_setup
 
-    num = scenario.federation.num_clients
-    wait_for_nodes(grid, num)
-    node_ids = sorted(grid.get_node_ids())
+    setup = tabular_node_setup(grid, scenario.federation.num_clients, timeout=timeout)
     try:
-        if len(node_ids) != num:
-            raise SetupError(f"{len(node_ids)} nodes connected but the scenario has federation.num_clients = {num} "
-                             "(node-local data: exactly one client per node)")
-        log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, d)", num)
-        by_client = setup_replies_by_client(num, query_setup(grid, node_ids, timeout))
-        try:
-            plan = check_node_reports({c: metrics for c, (_node, metrics, _a) in by_client.items()}, num)
-            matrix = node_constraint_matrix(scenario, plan.dim)
-        except ValueError as exc:
-            raise SetupError(str(exc)) from None
-    except SetupError as exc:
+        matrix = node_constraint_matrix(scenario, setup.plan.dim)
+    except ValueError as exc:
         log(ERROR, "fdp-flower: %s", exc)
-        raise
-    log(INFO, "fdp-flower: setup phase: m_i = %s, d = %d", [int(m) for m in plan.sizes], plan.dim)
-    server = node_files_server(scenario, plan, matrix,
+        raise SetupError(str(exc)) from None
+    server = node_files_server(scenario, setup.plan, matrix,
                                evaluator=PublicStatistics(matrix, float(scenario.model.penalty.lam)))
     strategy = GradientADMMStrategy(server, hosts_many_clients=False)
-    strategy.node_of_client.update({c: int(node) for c, (node, _m, _a) in by_client.items()})
-    strategy.site_reports.update({c: metrics["site"] for c, (_n, metrics, _a) in by_client.items()
-                                  if "site" in metrics})
+    strategy.node_of_client.update(setup.node_of_client)
+    strategy.site_reports.update(setup.site_reports)
     return strategy
 
 

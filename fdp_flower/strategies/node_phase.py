@@ -182,3 +182,43 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     log(INFO, "fdp-flower: federated DP-FPCA basis: K=%d of B=%d, explained variance %.3f", b.n_components,
         pre.n_components, float(np.sum(basis.explained_variance_ratio)))
     return NodeSetup(basis, sizes, node_of_client, releases, clipped, sites)
+
+
+@dataclass
+class TabularSetup:
+    """What a server without rows learned in the setup phase of a tabular family (DP-ADMM, the relay): the nodes'
+    :class:`~fdp_flower.algorithms.node_reports.NodePlan` (m_i, d), which node is which client, and each site's
+    own totals."""
+
+    plan: object
+    node_of_client: dict[int, int]
+    site_reports: dict[int, dict]
+
+
+def tabular_node_setup(grid: Grid, num: int, *, timeout: float | None = None) -> TabularSetup:
+    """The setup phase of a tabular family on node files: wait for ``num`` nodes, send each one QUERY
+    (the family's ``client_query`` answers: partition id, m_i, d, the site's totals, a refusal), and check the
+    replies (:func:`setup_replies_by_client`, :func:`~fdp_flower.algorithms.node_reports.check_node_reports`);
+    raises :class:`SetupError` in one line, logged, before anything is released."""
+    from fdp_flower.algorithms.node_reports import check_node_reports
+    from fdp_flower.strategies.common import wait_for_nodes
+
+    wait_for_nodes(grid, num)
+    node_ids = sorted(grid.get_node_ids())
+    try:
+        if len(node_ids) != num:
+            raise SetupError(f"{len(node_ids)} nodes connected but the scenario has federation.num_clients = {num} "
+                             "(node-local data: exactly one client per node)")
+        log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, d)", num)
+        by_client = setup_replies_by_client(num, query_setup(grid, node_ids, timeout))
+        try:
+            plan = check_node_reports({c: metrics for c, (_node, metrics, _a) in by_client.items()}, num)
+        except ValueError as exc:
+            raise SetupError(str(exc)) from None
+    except SetupError as exc:
+        log(ERROR, "fdp-flower: %s", exc)
+        raise
+    log(INFO, "fdp-flower: setup phase: m_i = %s, d = %d", [int(m) for m in plan.sizes], plan.dim)
+    return TabularSetup(plan, {c: int(node) for c, (node, _m, _a) in by_client.items()},
+                        {c: metrics["site"] for c, (_n, metrics, _a) in by_client.items() if "site" in metrics})
+
