@@ -118,11 +118,11 @@ def test_pooled_basis_is_refused_with_node_files():
 def test_shipped_deployment_scenarios_load(path):
     from fdp_flower.algorithms.registry import any_scenario_from_run_config
 
-    sc = any_scenario_from_run_config({"scenario": str(path), "overrides": ""})  # any family's (deploy_dp_admm)
+    sc = any_scenario_from_run_config({"scenario": str(path), "overrides": ""})  # any family's (deploy_dp_admm, deploy_p2p)
     assert sc.data.kind == "node_files"
     if sc.algorithm.kind == "fdp_admm":
         assert sc.basis.kind in ("fixed", "federated_dp", "provided")
-    else:
+    elif sc.algorithm.kind in ("dp_admm", "dp_acc_admm"):
         assert sc.model.constraint.kind in ("lasso", "user")  # A without the pooled rows
 
 

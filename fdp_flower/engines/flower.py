@@ -563,7 +563,7 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
                      nodes, "--nodes")
     work = Path(workdir or tempfile.mkdtemp(prefix="fdp-deploy-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    if dataset == "breast_cancer":  # rows (DP-ADMM / DP-AccADMM): an .npz or .csv of features and response a node
+    if dataset == "breast_cancer":  # rows (DP-ADMM / DP-AccADMM, peer-to-peer): an .npz or .csv a node
         from fdp_flower.data.tabular import load_breast_cancer_binary, write_node_rows
 
         paths = write_node_rows(*load_breast_cancer_binary(), nodes, work / "data", fmt)
@@ -600,8 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fdp_flower.engines.flower", description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default=str(APP_DIR / "scenarios" / "deploy_demo.yaml"))
     parser.add_argument("--dataset", default="paper", choices=["paper", "tecator", "breast_cancer"],
-                        help="paper, tecator: curves (FDP-ADMM); breast_cancer: rows (DP-ADMM / DP-AccADMM, e.g. "
-                             "--scenario scenarios/deploy_dp_admm.yaml)")
+                        help="paper, tecator: curves (FDP-ADMM); breast_cancer: rows (DP-ADMM / DP-AccADMM, "
+                             "peer-to-peer: --scenario scenarios/deploy_dp_admm.yaml or deploy_p2p.yaml)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--n-samples", type=int, default=3000, help="paper design: total samples")
     parser.add_argument("--format", default="npz", choices=["npz", "csv", "parquet"])
