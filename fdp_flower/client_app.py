@@ -51,11 +51,13 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """The setup phase of a run on node-local data (m_i, grid, federated DP-FPCA summary)."""
-    from fdp_flower.clients.node_phase import handle_node_setup_query
-
+    """The setup phase of a run on node-local data: the family's ``client_query`` handler (the registry's
+    ``extra``; DP-ADMM: m_i and d), by default FDP-ADMM's (m_i, grid, federated DP-FPCA summary)."""
     try:
-        return handle_node_setup_query(msg, context, run_scenario(context))
+        scenario = run_scenario(context)
+        handler = family(scenario.algorithm.kind).extra.get(
+            "client_query", "fdp_flower.clients.node_phase:handle_node_setup_query")
+        return resolve(handler)(msg, context, scenario)
     except Exception as exc:  # noqa: BLE001
         log.warning("fdp-flower: setup query refused: %s", exc)
         return refusal_reply(msg, exc, context)

@@ -116,8 +116,14 @@ def test_pooled_basis_is_refused_with_node_files():
 @pytest.mark.parametrize("path", sorted(APP.glob("scenarios/deploy_*.yaml")) + sorted(APP.glob("scenarios/tecator*.yaml")),
                          ids=lambda p: p.name)
 def test_shipped_deployment_scenarios_load(path):
-    sc = load_scenario(path)
-    assert sc.data.kind == "node_files" and sc.basis.kind in ("fixed", "federated_dp", "provided")
+    from fdp_flower.algorithms.registry import any_scenario_from_run_config
+
+    sc = any_scenario_from_run_config({"scenario": str(path), "overrides": ""})  # any family's (deploy_dp_admm, deploy_p2p)
+    assert sc.data.kind == "node_files"
+    if sc.algorithm.kind == "fdp_admm":
+        assert sc.basis.kind in ("fixed", "federated_dp", "provided")
+    elif sc.algorithm.kind in ("dp_admm", "dp_acc_admm"):
+        assert sc.model.constraint.kind in ("lasso", "user")  # A without the pooled rows
 
 
 def _scenario3():

@@ -68,6 +68,8 @@ class Family:
     audit : ``"module:Class"``: ``Class(scenario, party)``, the audited protocol, or None
     party : what one party is called in reports ("client" or "node")
     clients_field : the dotted scenario field holding the number of clients (graph nodes)
+    extra : further hooks; ``client_query``: ``"module:function"``, ``f(message, context, scenario) -> reply``, the
+        ClientApp's answer to the setup query of a run on node files (default: FDP-ADMM's)
     """
 
     name: str

@@ -2,6 +2,7 @@
 
     fdp-flower partition tecator --nodes 3 --out data/tecator
     fdp-flower partition paper --nodes 3 --out data/paper --n-samples 3000 --format csv
+    fdp-flower partition breast_cancer --nodes 3 --out data/bc     # rows: DP-ADMM, peer-to-peer
 
 Each node then gets ``--node-config 'partition-id=i num-partitions=N data-path="<out>/node-i.npz"'``.
 """
@@ -27,6 +28,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     if stale:
         raise ScenarioError(f"partition: --out {args.out} already holds node files ({', '.join(stale[:3])}"
                             f"{', ...' if len(stale) > 3 else ''}); choose another --out or remove them")
+    if args.dataset in TABULAR:
+        return _partition_rows(args, out)
     data = load_dataset(args.dataset, seed=args.seed, n_samples=args.n_samples, tau=args.tau,
                         grid_points=args.grid_points)
     parts = partition(data, args.nodes, shuffle_seed=args.shuffle_seed)
@@ -39,11 +42,40 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+#: tabular data sets: rows of features and a response (DP-ADMM / DP-AccADMM and peer-to-peer sites)
+TABULAR = ("breast_cancer",)
+
+
+def _partition_rows(args: argparse.Namespace, out) -> int:
+    """A tabular data set into site files of rows (:func:`fdp_flower.data.tabular.write_node_rows`)."""
+    import numpy as np
+
+    from fdp_flower.config.base import ScenarioError
+    from fdp_flower.data.tabular import load_breast_cancer_binary, write_node_rows
+
+    if args.format == "parquet":
+        raise ScenarioError("partition: breast_cancer rows are written as npz or csv (--format parquet is for curves)")
+    features, response = load_breast_cancer_binary()
+    try:
+        paths = write_node_rows(features, response, args.nodes, out, args.format, shuffle_seed=args.shuffle_seed)
+    except ValueError as exc:
+        raise ScenarioError(f"partition: {exc}") from None
+    print(f"{args.dataset}: {len(response)} rows of {features.shape[1]} standardized features, labels in {{-1, +1}} "
+          f"-> {args.nodes} files (a DP-ADMM / DP-AccADMM or peer-to-peer scenario of data kind node_files)")
+    for i, path in enumerate(paths):
+        m = len(np.array_split(np.arange(len(response)), args.nodes)[i])
+        print(f"  node {i}: {path} ({m} rows)  --node-config "
+              f"'partition-id={i} num-partitions={args.nodes} data-path=\"{path.resolve()}\"'")
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("partition", help="split a data set into per-node files (deployment)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", choices=["tecator", "paper"], help="tecator (from the sktime wheel) or paper "
-                                                                 "(the simulation design of Zhou & Xiang 2022)")
+    p.add_argument("dataset", choices=["tecator", "paper", *TABULAR],
+                   help="tecator (from the sktime wheel), paper (the simulation design of Zhou & Xiang 2022): "
+                        "curves for FDP-ADMM; breast_cancer (scikit-learn's, standardized with the pooled column "
+                        "statistics, labels in {-1, +1}): rows for DP-ADMM / DP-AccADMM and peer-to-peer")
     p.add_argument("--nodes", type=int, required=True, help="number of node files")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--format", default="npz", choices=["npz", "csv", "parquet"], help="file type (default: npz)")

@@ -92,3 +92,36 @@ def handle_gradient_admm_train(msg: Message, context: Context, scenario, data: S
             released.append(with_clipped_count(outcome, count, site))
     return releases_reply(msg, context, site, released, refused, lambda j: rows[j][0] if j in rows else (
         -1 if requests[j].client is None else requests[j].client), single=len(requests) == 1)
+
+
+def handle_gradient_admm_setup_query(msg: Message, context: Context, scenario) -> Message:
+    """Answer the server's setup query of a DP-(Acc)ADMM run on node files (``data.kind: node_files``): the node
+    reads its own file (``data-path``), fingerprints it for the run, checks its size and its responses against
+    the loss's bound, and reports public bookkeeping only -- its partition id, m_i (``num-examples``) and the
+    rows' dimension d (``dim``) -- with the site's own totals; a run whose T planned releases would take the site
+    past its ``max-eps`` is refused here, before anything is released
+    (:meth:`fdp_flower.clients.site.SiteSession.run_refusal`)."""
+    from fdp_flower.algorithms.gradient_admm.nodes import planned_releases
+    from fdp_flower.algorithms.gradient_admm.site import check_responses
+    from fdp_flower.clients.common import check_data_fingerprint, check_site_size
+    from fdp_flower.clients.node_phase import SETUP_REFUSAL
+    from fdp_flower.wire.flwr import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+    node_local = names_own_data(context)
+    check_node_files(scenario, node_local)
+    site = SiteSession.open(context, scenario, node_local=node_local)
+    site.admit(scenario.privacy.enabled, "DP-ADMM gradients")
+    partition, (features, response) = own_rows(context, scenario, None)
+    plan = site_plan(scenario, features.shape[1])
+    try:
+        check_data_fingerprint(context.node_config, context.run_id, partition, context.node_config["data-path"],
+                               len(response))
+        check_site_size(site.policy, partition, len(response))
+        check_responses(plan.loss, response)
+    except ValueError as exc:
+        raise partition_data_error(partition, exc) from None
+    refusal = site.run_refusal(planned_releases(plan, partition, len(response)))
+    metrics = {"partition-id": partition, "num-examples": int(len(response)), "dim": int(features.shape[1])}
+    content = RecordDict({"arrays": ArrayRecord(), "metrics": MetricRecord(metrics), **site.records(),
+                          **({SETUP_REFUSAL: ConfigRecord({"reason": refusal})} if refusal else {})})
+    return Message(content=content, reply_to=msg)

@@ -125,4 +125,35 @@ def handle_p2p_train(msg: Message, context: Context, scenario) -> Message:
     return Message(content=RecordDict({**pack_releases(released, errors), **site.records()}), reply_to=msg)
 
 
-__all__ = ["SitePlan", "handle_p2p_train", "p2p_setup"]
+def handle_p2p_setup_query(msg: Message, context: Context, scenario) -> Message:
+    """Answer the relay's setup query of a run on node files (``data.kind: node_files``): the node reads its own
+    file (``data-path``), fingerprints it for the run, checks its size and its responses against the loss
+    (:func:`node_local_setup`), and reports public bookkeeping only -- its partition id (its graph node), m_i
+    (``num-examples``) and the rows' dimension d (``dim``) -- with the site's own totals; a run whose T planned
+    releases would take the site past its ``max-eps`` is refused here, before anything is released
+    (:meth:`fdp_flower.clients.site.SiteSession.run_refusal`)."""
+    from fdp_flower.algorithms.p2p.nodes import planned_releases
+    from fdp_flower.clients.common import check_data_fingerprint, check_site_size, partition_data_error
+    from fdp_flower.clients.node_phase import SETUP_REFUSAL
+    from fdp_flower.wire.flwr import ArrayRecord, ConfigRecord, MetricRecord
+
+    node_local = names_own_data(context)
+    check_node_files(scenario, node_local)
+    site = SiteSession.open(context, scenario, node_local=node_local)
+    partition, (features, response) = own_rows(context, scenario, None)
+    try:
+        check_data_fingerprint(context.node_config, context.run_id, partition, context.node_config["data-path"],
+                               len(response))
+        check_site_size(site.policy, partition, len(response))
+        algorithm, plan, _own = node_local_setup(scenario, features, response)
+    except ValueError as exc:
+        raise partition_data_error(partition, exc) from None
+    site.admit(algorithm.noise.private, "peer-to-peer releases")
+    refusal = site.run_refusal(planned_releases(plan, partition, len(response)))
+    metrics = {"partition-id": partition, "num-examples": int(len(response)), "dim": int(features.shape[1])}
+    content = RecordDict({"arrays": ArrayRecord(), "metrics": MetricRecord(metrics), **site.records(),
+                          **({SETUP_REFUSAL: ConfigRecord({"reason": refusal})} if refusal else {})})
+    return Message(content=content, reply_to=msg)
+
+
+__all__ = ["SitePlan", "handle_p2p_setup_query", "handle_p2p_train", "p2p_setup"]

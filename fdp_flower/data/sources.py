@@ -387,7 +387,8 @@ class TabularNodeFilesSource(_TabularSource):
     """Node-local files (``data.kind: node_files``, a deployment): every node reads its own file, the one its
     node config names (:func:`fdp_flower.data.tabular.read_node_rows`, by the client worker).  No process
     holds every node's rows, so nothing here loads them: a run that needs them (an in-process engine, a
-    server estimating A on pooled rows) is refused in one line."""
+    server estimating A on pooled rows) is refused in one line.  The Flower servers (DP-ADMM's, the relay)
+    learn each node's m_i and d in a setup phase instead (:mod:`fdp_flower.algorithms.node_reports`)."""
 
     kind: ClassVar[str] = "node_files"
     node_local: ClassVar[bool] = True

@@ -323,6 +323,38 @@ def write_arrays_file(path: str | Path, features: np.ndarray, response: np.ndarr
     return path
 
 
+def write_node_rows(features: np.ndarray, response: np.ndarray, nodes: int, out: str | Path, fmt: str = "npz", *,
+                    shuffle_seed: int | None = None) -> list[Path]:
+    """Split tabular rows evenly into ``nodes`` site files ``<out>/node-<i>.<fmt>`` that
+    :func:`read_node_rows` reads (data kind ``node_files``): ``npz`` (:func:`write_arrays_file`) or ``csv`` (a
+    header ``x0,...,y``, the response last, every value to 17 significant digits, so the rows read back
+    exactly).  ``shuffle_seed``: shuffle the rows with this seed first (default: keep their order)."""
+    features, response = np.asarray(features, dtype=float), np.asarray(response, dtype=float)
+    if fmt not in NODE_ROW_SUFFIXES_BY_FORMAT:
+        raise ValueError(f"format must be one of {', '.join(NODE_ROW_SUFFIXES_BY_FORMAT)} for tabular rows, got {fmt!r}")
+    if not 1 <= int(nodes) <= len(response):
+        raise ValueError(f"nodes must be in [1, {len(response)}] (one row a node at least), got {nodes}")
+    order = np.arange(len(response)) if shuffle_seed is None else \
+        np.random.default_rng(shuffle_seed).permutation(len(response))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, rows in enumerate(np.array_split(order, int(nodes))):
+        path = out / f"node-{i}.{fmt}"
+        if fmt == "npz":
+            write_arrays_file(path, features[rows], response[rows])
+        else:
+            header = ",".join([f"x{k}" for k in range(features.shape[1])] + ["y"])
+            np.savetxt(path, np.column_stack([features[rows], response[rows]]), delimiter=",", header=header,
+                       comments="", fmt="%.17g")
+        paths.append(path)
+    return paths
+
+
+#: the formats :func:`write_node_rows` writes
+NODE_ROW_SUFFIXES_BY_FORMAT = ("npz", "csv")
+
+
 def read_arrays_file(path: str | Path, digest: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(features (m, K), response (m,)) of a file written by :func:`write_arrays_file`, validated;
     ``digest``: the expected SHA-256 of the file (None: not checked).  Problems raise a one-line

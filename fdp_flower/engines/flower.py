@@ -563,8 +563,13 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
                      nodes, "--nodes")
     work = Path(workdir or tempfile.mkdtemp(prefix="fdp-deploy-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    paths = write_partitions(partition(load_dataset(dataset, seed=seed, n_samples=n_samples), nodes),
-                             work / "data", fmt)
+    if dataset == "breast_cancer":  # rows (DP-ADMM / DP-AccADMM, peer-to-peer): an .npz or .csv a node
+        from fdp_flower.data.tabular import load_breast_cancer_binary, write_node_rows
+
+        paths = write_node_rows(*load_breast_cancer_binary(), nodes, work / "data", fmt)
+    else:
+        paths = write_partitions(partition(load_dataset(dataset, seed=seed, n_samples=n_samples), nodes),
+                                 work / "data", fmt)
     print(f"data: {len(paths)} node files in {work / 'data'}", flush=True)
     results = work / "results"
     with LoopbackFederation(work, data_paths=paths, site_config=site_config or {}) as fed:
@@ -578,7 +583,8 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
             return 1
     summary = json.loads(next(results.glob("*/summary.json")).read_text())
     print(json.dumps({k: summary[k] for k in ("name", "stop_reason", "rounds_completed", "final",
-                                              "final_global_w", "sample_sizes")}, indent=2))
+                                              "final_global_w", "sample_sizes", "evaluation") if k in summary},
+                     indent=2))
     from fdp_flower.outputs.results import privacy_headline
 
     print(privacy_headline(summary["privacy"]) + " [server ledger]")
@@ -593,7 +599,9 @@ def run_demo(scenario: str, *, dataset: str = "paper", nodes: int = 3, overrides
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fdp_flower.engines.flower", description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default=str(APP_DIR / "scenarios" / "deploy_demo.yaml"))
-    parser.add_argument("--dataset", default="paper", choices=["paper", "tecator"])
+    parser.add_argument("--dataset", default="paper", choices=["paper", "tecator", "breast_cancer"],
+                        help="paper, tecator: curves (FDP-ADMM); breast_cancer: rows (DP-ADMM / DP-AccADMM, "
+                             "peer-to-peer: --scenario scenarios/deploy_dp_admm.yaml or deploy_p2p.yaml)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--n-samples", type=int, default=3000, help="paper design: total samples")
     parser.add_argument("--format", default="npz", choices=["npz", "csv", "parquet"])

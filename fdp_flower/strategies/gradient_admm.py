@@ -21,7 +21,8 @@ from fdp_flower.algorithms.gradient_admm.update import GradientADMMState
 from fdp_flower.strategies.common import FederationError, run_results_dir
 from fdp_flower.strategies.protocol import ProtocolStrategy
 from fdp_flower.wire import pack_arrays
-from fdp_flower.wire.flwr import INFO, ArrayRecord, log
+from fdp_flower.privacy.ledger import PrivacyLedger
+from fdp_flower.wire.flwr import ERROR, INFO, ArrayRecord, log
 from fdp_flower.wire.flwr_server import Grid
 
 __all__ = ["GradientADMMStrategy", "run_gradient_admm_federation", "run_gradient_admm_server",
@@ -33,8 +34,8 @@ class GradientADMMStrategy(ProtocolStrategy):
     :class:`~fdp_flower.algorithms.gradient_admm.protocol.GradientADMMServer` (every client must reply in
     every round; a missing, refused or rejected reply stops the run with a :class:`FederationError`)."""
 
-    def __init__(self, server: GradientADMMServer) -> None:
-        super().__init__(server, hosts_many_clients=True)
+    def __init__(self, server: GradientADMMServer, *, hosts_many_clients: bool = True) -> None:
+        super().__init__(server, hosts_many_clients=hosts_many_clients)
 
     @property
     def state(self) -> GradientADMMState:
@@ -85,22 +86,74 @@ def run_gradient_admm_federation(grid: Grid, scenario, *, with_reference: bool =
     return strategy
 
 
+#: seconds the server waits for the nodes' setup replies on node files
+SETUP_TIMEOUT = 600.0
+
+
+def node_files_strategy(grid: Grid, scenario, *, timeout: float = SETUP_TIMEOUT) -> GradientADMMStrategy:
+    """The strategy of a run on node files (``data.kind: node_files``), from the nodes' setup phase: one QUERY
+    a node (:func:`fdp_flower.clients.gradient_admm.handle_gradient_admm_setup_query`) returns its partition id,
+    m_i, d and its site's totals; a node's error, a missing or duplicate partition, a site that refuses the
+    run (its ``max-eps``) or reports that do not fit (:func:`~fdp_flower.algorithms.node_reports.check_node_reports`)
+    stop the run here in one line (:class:`~fdp_flower.strategies.node_phase.SetupError`), before any release.
+    Each node is one client (routed by the setup's partition ids); the history holds public statistics only
+    (:class:`~fdp_flower.algorithms.gradient_admm.nodes.PublicStatistics`)."""
+    from fdp_flower.algorithms.gradient_admm.nodes import PublicStatistics, node_constraint_matrix
+    from fdp_flower.algorithms.gradient_admm.protocol import node_files_server
+    from fdp_flower.strategies.node_phase import SetupError, tabular_node_setup
+
+    setup = tabular_node_setup(grid, scenario.federation.num_clients, timeout=timeout)
+    try:
+        matrix = node_constraint_matrix(scenario, setup.plan.dim)
+    except ValueError as exc:
+        log(ERROR, "fdp-flower: %s", exc)
+        raise SetupError(str(exc)) from None
+    server = node_files_server(scenario, setup.plan, matrix,
+                               evaluator=PublicStatistics(matrix, float(scenario.model.penalty.lam)))
+    strategy = GradientADMMStrategy(server, hosts_many_clients=False)
+    strategy.node_of_client.update(setup.node_of_client)
+    strategy.site_reports.update(setup.site_reports)
+    return strategy
+
+
 def run_gradient_admm_server(grid: Grid, context, scenario) -> None:
     """ServerApp runner (dispatch hook for dp_admm / dp_acc_admm): run, then write the results.  A run that
-    stops early (a client's reply missing, refused or rejected) still writes what it has, then fails."""
-    from fdp_flower.outputs.results import check_output_dir, tabular_summary, write_run
+    stops early (a client's reply missing, refused or rejected) still writes what it has, then fails.
+
+    On node files (``data.kind: node_files``) the server holds no rows: a setup phase
+    (:func:`node_files_strategy`) learns each client's m_i and d, A is the identity or a file, and the summary
+    says which metrics are not computed (``evaluation``) and what each site reports of its own spending
+    (``privacy.sites``)."""
+    from fdp_flower.algorithms.gradient_admm.plan import data_source
+    from fdp_flower.outputs.results import check_output_dir, site_report_rows, tabular_summary, write_run
+    from fdp_flower.strategies.node_phase import SetupError
 
     out = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name))  # before releasing
-    problem, evaluator = simulation_setup(scenario)
-    strategy = strategy_from_scenario(scenario, problem, evaluate_state=evaluator)
+    extra = {}
+    if data_source(scenario).node_local:
+        from fdp_flower.algorithms.gradient_admm.nodes import NODE_FILES_EVALUATION
+
+        try:
+            strategy = node_files_strategy(grid, scenario)
+        except SetupError as exc:  # nothing was released: the summary says why the run did not start
+            write_run(out, scenario, history=[], ledger=PrivacyLedger(), final={},
+                      summary=tabular_summary(scenario, [], PrivacyLedger(), engine="flower", stop_reason=f"stopped: "
+                                              f"setup phase: {exc}", evaluation=NODE_FILES_EVALUATION))
+            raise FederationError(f"setup phase: {exc}") from None
+        extra = {"evaluation": NODE_FILES_EVALUATION, "sample_sizes": [int(m) for m in strategy.server.sizes]}
+    else:
+        problem, evaluator = simulation_setup(scenario)
+        strategy = strategy_from_scenario(scenario, problem, evaluate_state=evaluator)
     error = None
     try:
-        strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(problem.dim)),
+        strategy.start(grid=grid, initial_arrays=pack_arrays(x=np.zeros(strategy.server.plan.dim)),
                        num_rounds=scenario.algorithm.rounds, evaluate_fn=strategy.evaluate_fn)
     except FederationError as exc:
         error = exc
     summary = tabular_summary(scenario, strategy.history, strategy.ledger, engine="flower",
-                              stop_reason=strategy.stop_reason if error is None else str(error))
+                              stop_reason=strategy.stop_reason if error is None else str(error), **extra)
+    if strategy.site_reports:
+        summary["privacy"]["sites"] = site_report_rows(strategy.site_reports, strategy.ledger)
     write_run(out, scenario, history=strategy.history, ledger=strategy.ledger, summary=summary,
               final={"x": strategy.state.x})
     log(INFO, "fdp-flower: results in %s", out.resolve())

@@ -79,11 +79,11 @@ def unpack_setup_reply(reply: Message) -> tuple[int, dict | None, dict | None, s
     return node, metrics, unpack_arrays(reply.content["arrays"]), None
 
 
-def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None, dict | None, str | None]]
-                        ) -> dict[int, tuple[int, dict, dict]]:
-    """Validate unpacked setup replies (:func:`unpack_setup_reply`); returns {client: (node, metrics,
-    arrays)} or raises :class:`SetupError` naming the nodes at fault."""
-    num = scenario.federation.num_clients
+def setup_replies_by_client(num: int, replies: list[tuple[int, dict | None, dict | None, str | None]]
+                            ) -> dict[int, tuple[int, dict, dict]]:
+    """{client: (node, metrics, arrays)} of unpacked setup replies (:func:`unpack_setup_reply`) of ``num``
+    clients, any family's: a :class:`SetupError` naming the nodes at fault for an error reply, a bad or
+    duplicate partition id, a client without a reply or a site that refuses the run."""
     errors = [f"node {node}: {reason.strip().splitlines()[-1] if reason.strip() else 'error'}"
               for node, _m, _a, reason in replies if reason is not None]
     if errors:
@@ -101,6 +101,15 @@ def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None
                if metrics.get("run-refused")]
     if refused:  # a run that cannot finish within a site's remaining budget: stopped before any release
         raise SetupError("; ".join(refused))
+    return by_client
+
+
+def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None, dict | None, str | None]]
+                        ) -> dict[int, tuple[int, dict, dict]]:
+    """Validate unpacked setup replies (:func:`unpack_setup_reply`, :func:`setup_replies_by_client`) and the
+    nodes' grids; returns {client: (node, metrics, arrays)} or raises :class:`SetupError` naming the nodes at
+    fault."""
+    by_client = setup_replies_by_client(scenario.federation.num_clients, replies)
     # each node compared its grid with the scenario's by the in-process rule (check_grid, GRID_RTOL): one
     # tolerance everywhere; the digests only name the groups of a mismatch (and decide for a node that does not say)
     if all(int(metrics.get("grid-matches", 0)) == 1 for _node, metrics, _arrays in by_client.values()):
@@ -117,6 +126,14 @@ def check_setup_replies(scenario: Scenario, replies: list[tuple[int, dict | None
     return by_client
 
 
+def query_setup(grid: Grid, node_ids: list[int], timeout: float | None = None
+                ) -> list[tuple[int, dict | None, dict | None, str | None]]:
+    """Send the setup QUERY to every node of ``node_ids`` and unpack the replies (:func:`unpack_setup_reply`)."""
+    messages = [Message(content=RecordDict({"config": ConfigRecord({"phase": SETUP_PHASE})}),
+                        dst_node_id=node, message_type=MessageType.QUERY) for node in node_ids]
+    return [unpack_setup_reply(r) for r in grid.send_and_receive(messages, timeout=timeout)]
+
+
 def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) -> NodeSetup:
     """Run the setup phase (see module docstring) on ``grid``; raises :class:`SetupError`."""
     if not data_source(scenario).node_local:
@@ -126,13 +143,10 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     if len(node_ids) != num:
         raise SetupError(f"{len(node_ids)} nodes connected but the scenario has federation.num_clients = {num} "
                          "(node-local data: exactly one client per node)")
-    messages = [Message(content=RecordDict({"config": ConfigRecord({"phase": SETUP_PHASE})}),
-                        dst_node_id=node, message_type=MessageType.QUERY) for node in node_ids]
     log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, grid%s)", num,
         ", covariance summaries" if basis_kind(scenario.basis).federated_phase else "")
     try:
-        replies = [unpack_setup_reply(r) for r in grid.send_and_receive(messages, timeout=timeout)]
-        by_client = check_setup_replies(scenario, replies)
+        by_client = check_setup_replies(scenario, query_setup(grid, node_ids, timeout))
     except SetupError as exc:
         log(ERROR, "fdp-flower: %s", exc)
         raise
@@ -168,3 +182,43 @@ def node_setup(grid: Grid, scenario: Scenario, *, timeout: float | None = None) 
     log(INFO, "fdp-flower: federated DP-FPCA basis: K=%d of B=%d, explained variance %.3f", b.n_components,
         pre.n_components, float(np.sum(basis.explained_variance_ratio)))
     return NodeSetup(basis, sizes, node_of_client, releases, clipped, sites)
+
+
+@dataclass
+class TabularSetup:
+    """What a server without rows learned in the setup phase of a tabular family (DP-ADMM, the relay): the nodes'
+    :class:`~fdp_flower.algorithms.node_reports.NodePlan` (m_i, d), which node is which client, and each site's
+    own totals."""
+
+    plan: object
+    node_of_client: dict[int, int]
+    site_reports: dict[int, dict]
+
+
+def tabular_node_setup(grid: Grid, num: int, *, timeout: float | None = None) -> TabularSetup:
+    """The setup phase of a tabular family on node files: wait for ``num`` nodes, send each one QUERY
+    (the family's ``client_query`` answers: partition id, m_i, d, the site's totals, a refusal), and check the
+    replies (:func:`setup_replies_by_client`, :func:`~fdp_flower.algorithms.node_reports.check_node_reports`);
+    raises :class:`SetupError` in one line, logged, before anything is released."""
+    from fdp_flower.algorithms.node_reports import check_node_reports
+    from fdp_flower.strategies.common import wait_for_nodes
+
+    wait_for_nodes(grid, num)
+    node_ids = sorted(grid.get_node_ids())
+    try:
+        if len(node_ids) != num:
+            raise SetupError(f"{len(node_ids)} nodes connected but the scenario has federation.num_clients = {num} "
+                             "(node-local data: exactly one client per node)")
+        log(INFO, "fdp-flower: setup phase: querying %d nodes (m_i, d)", num)
+        by_client = setup_replies_by_client(num, query_setup(grid, node_ids, timeout))
+        try:
+            plan = check_node_reports({c: metrics for c, (_node, metrics, _a) in by_client.items()}, num)
+        except ValueError as exc:
+            raise SetupError(str(exc)) from None
+    except SetupError as exc:
+        log(ERROR, "fdp-flower: %s", exc)
+        raise
+    log(INFO, "fdp-flower: setup phase: m_i = %s, d = %d", [int(m) for m in plan.sizes], plan.dim)
+    return TabularSetup(plan, {c: int(node) for c, (node, _m, _a) in by_client.items()},
+                        {c: metrics["site"] for c, (_n, metrics, _a) in by_client.items() if "site" in metrics})
+

@@ -57,20 +57,44 @@ class P2PRelayStrategy(ProtocolStrategy):
         log(INFO, "\t└── %s, T=%d, noise %s", a.kind, a.rounds, a.noise.mode)
 
 
+#: seconds the relay waits for the nodes' setup replies on node files
+SETUP_TIMEOUT = 600.0
+
+
+def node_files_relay(grid: Grid, scenario, *, timeout: float = SETUP_TIMEOUT) -> P2PRelayStrategy:
+    """The relay of a run on node files (``data.kind: node_files``), from the nodes' setup phase
+    (:func:`fdp_flower.strategies.node_phase.tabular_node_setup`: each node's partition id -- its graph node --,
+    m_i, d and its site's totals; a site that refuses the run stops it here, before any release).  Graph node i
+    is routed to the Flower node whose file is partition i, named in every request; the history holds public
+    statistics of the releases only (:class:`~fdp_flower.algorithms.p2p.nodes.PublicStatistics`)."""
+    from fdp_flower.algorithms.p2p.nodes import PublicStatistics, node_files_server
+    from fdp_flower.strategies.node_phase import tabular_node_setup
+
+    setup = tabular_node_setup(grid, scenario.federation.num_clients, timeout=timeout)
+    strategy = P2PRelayStrategy(node_files_server(scenario, setup.plan, evaluator=PublicStatistics()))
+    strategy.node_of_client.update(setup.node_of_client)
+    strategy.site_reports.update(setup.site_reports)
+    return strategy
+
+
 def run_relay(grid: Grid, scenario, *, evaluate: bool = True) -> P2PRelayStrategy:
     """Run a peer-to-peer scenario (:class:`fdp_flower.algorithms.p2p.config.P2PScenario`) on ``grid``; returns the
-    strategy (its server holds the histories and the ledger)."""
-    from fdp_flower.algorithms.p2p.plan import build_problem
+    strategy (its server holds the histories and the ledger).  On node files the relay holds no rows
+    (:func:`node_files_relay`)."""
+    from fdp_flower.algorithms.p2p.plan import build_problem, data_source
     from fdp_flower.engines.p2p import evaluate as evaluate_nodes
 
-    problem = build_problem(scenario, with_reference=evaluate)
-
-    def evaluator(_round, released):
-        return {f"released_{k}": float(v) for k, v in evaluate_nodes(problem, released).items()}
-
-    strategy = P2PRelayStrategy(scenario_server(scenario, problem, evaluator=evaluator if evaluate else None))
-    strategy.log_every = scenario.output.log_every
     wait_for_simulation_backend()
+    if data_source(scenario).node_local:
+        strategy = node_files_relay(grid, scenario)
+    else:
+        problem = build_problem(scenario, with_reference=evaluate)
+
+        def evaluator(_round, released):
+            return {f"released_{k}": float(v) for k, v in evaluate_nodes(problem, released).items()}
+
+        strategy = P2PRelayStrategy(scenario_server(scenario, problem, evaluator=evaluator if evaluate else None))
+    strategy.log_every = scenario.output.log_every
     n = strategy.graph.num_nodes
     connected = wait_for_nodes(grid, n, settle=2.0)
     if connected < n:
@@ -85,14 +109,32 @@ def run_p2p_federation(grid: Grid, context: Context, scenario) -> None:
     """ServerApp runner (dispatch hook for the peer-to-peer algorithm kinds): run and write results."""
     from fdp_flower.outputs.results import check_output_dir, privacy_headline, tabular_summary, write_run
 
+    from fdp_flower.algorithms.p2p.plan import data_source
+    from fdp_flower.outputs.results import site_report_rows
+    from fdp_flower.privacy.ledger import PrivacyLedger
+    from fdp_flower.strategies.node_phase import SetupError
+
     out = check_output_dir(run_results_dir(context.run_config, context.run_id, scenario.name, tag="relay"))
+    extra = {}
+    if data_source(scenario).node_local:
+        from fdp_flower.algorithms.p2p.nodes import NODE_FILES_EVALUATION
+
+        extra = {"evaluation": NODE_FILES_EVALUATION}
     try:
         strategy = run_relay(grid, scenario)
+    except SetupError as exc:  # nothing was released: the summary says why the run did not start
+        write_run(out, scenario, history=[], ledger=PrivacyLedger(), summary=tabular_summary(
+            scenario, [], PrivacyLedger(), engine="flower", stop_reason=f"stopped: setup phase: {exc}", **extra))
+        raise FederationError(f"setup phase: {exc}") from None
     except FederationError as exc:
         log(ERROR, "relay stopped: %s", exc)
         raise
+    if extra:
+        extra["sample_sizes"] = [int(m) for m in strategy.server.sizes]
     summary = tabular_summary(scenario, strategy.history, strategy.ledger, engine="flower",
-                              stop_reason=strategy.stop_reason)
+                              stop_reason=strategy.stop_reason, **extra)
+    if strategy.site_reports:
+        summary["privacy"]["sites"] = site_report_rows(strategy.site_reports, strategy.ledger)
     write_run(out, scenario, history=strategy.history, ledger=strategy.ledger, summary=summary,
               iterates={"released": np.stack(strategy.released_history), "duals": np.stack(strategy.dual_history)},
               failures=strategy.failures, graph=strategy.graph.to_dict())

@@ -2,7 +2,8 @@
 
 ``config.py`` its scenario schema, ``plan.py`` data, A, problem and calibration from a scenario, ``site.py``
 the site function, ``protocol.py`` the server protocol, ``update.py`` the update rules and Theorem 1,
-``setup.py`` a simulated federation's evaluation, ``reference.py`` the exact estimator.
+``setup.py`` a simulated federation's evaluation, ``nodes.py`` the server's public facts on node files (m_i, d,
+A), ``reference.py`` the exact estimator.
 """
 from fdp_flower.algorithms.registry import Family
 
@@ -18,4 +19,6 @@ FAMILY = Family(
     read_results="fdp_flower.outputs.models:read_gradient_admm_results",
     plots="fdp_flower.outputs.plots:gradient_admm_results_figure",
     audit="fdp_flower.engines.audit:GradientADMMProtocol",
+    # the ClientApp's answer to the setup query of a run on node files (m_i, d, the site's totals)
+    extra={"client_query": "fdp_flower.clients.gradient_admm:handle_gradient_admm_setup_query"},
 )

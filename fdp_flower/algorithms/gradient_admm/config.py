@@ -195,6 +195,12 @@ class GradientPrivacyConfig(_Frozen):
                                   "so the run spends its budget as the ledger reports it")
 
 
+#: the one line that refuses a graph-guided A on node files (the scenario, and the server's
+#: :func:`fdp_flower.algorithms.gradient_admm.nodes.node_constraint_matrix`)
+GRAPH_GUIDED_REFUSAL = ("model.constraint: graph_guided estimates A on the pooled rows, which no process holds on "
+                        "node files (data.kind: node_files); use kind lasso (A = I) or kind user with the path of A")
+
+
 class GradientADMMScenario(_Frozen):
     """A complete DP-(Acc)ADMM run."""
 
@@ -224,6 +230,11 @@ class GradientADMMScenario(_Frozen):
                              "algorithm.nonprivate_step: admm to use it")
         if self.model.loss.kind == "squared":
             raise ValueError("model.loss: the generalized-lasso runs support logistic, quantile and absolute")
+        if self.data.kind == "node_files" and self.model.constraint.kind == "graph_guided":
+            raise ValueError(GRAPH_GUIDED_REFUSAL)
+        if self.data.kind == "node_files" and self.algorithm.init_dual == "paper":
+            raise ValueError("algorithm.init_dual 'paper' is computed from every site's noise-free gradient at 0, "
+                             "which no process holds on node files (data.kind: node_files); use 'zero'")
         if self.data.kind == "arrays" and len(self.data.paths) != self.federation.num_clients:
             raise ValueError(f"data.paths names {len(self.data.paths)} files for federation.num_clients = "
                              f"{self.federation.num_clients}")

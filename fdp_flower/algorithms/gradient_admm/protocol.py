@@ -246,3 +246,20 @@ def server_for(scenario, problem, *, evaluator=None, eval_every: int = 1, initia
                               accelerated=alg.kind == "dp_acc_admm", restart=getattr(alg, "restart", False),
                               initial_dual=initial_dual, step_rule=scenario_step_rule(scenario), evaluator=evaluator,
                               eval_every=eval_every, on_round=on_round)
+
+
+def node_files_server(scenario, plan, matrix: np.ndarray, *, evaluator=None, eval_every: int = 1,
+                      on_round=None) -> GradientADMMServer:
+    """The server of a scenario on node files (``data.kind: node_files``), from public facts only: the nodes'
+    reported m_i and d (``plan``, a :class:`~fdp_flower.algorithms.gradient_admm.nodes.NodePlan`) and A
+    (:func:`~fdp_flower.algorithms.gradient_admm.nodes.node_constraint_matrix`).  The same server as
+    :func:`server_for` on the same rows: the sites' calibration :func:`~fdp_flower.algorithms.gradient_admm.plan.site_plan`
+    is :meth:`~fdp_flower.algorithms.gradient_admm.plan.GradientADMMProblem.site_plan` of d = the rows' columns."""
+    from fdp_flower.algorithms.gradient_admm.plan import site_plan
+
+    alg = scenario.algorithm
+    return GradientADMMServer(matrix=matrix, lam=scenario.model.penalty.lam, rho=alg.rho, eta=alg.eta,
+                              sizes=plan.sizes, plan=site_plan(scenario, plan.dim), gamma=alg.gamma,
+                              accelerated=alg.kind == "dp_acc_admm", restart=getattr(alg, "restart", False),
+                              step_rule=scenario_step_rule(scenario), evaluator=evaluator, eval_every=eval_every,
+                              on_round=on_round)

@@ -4,7 +4,8 @@ PR-ADMM (Ding et al. 2019) and P-ADMM, emulated on Flower by a relay (docs/p2p.m
 ``config.py`` its scenario schema, ``plan.py`` the graph, problem and resolved algorithm of a scenario,
 ``site.py`` the site function (a node's noisy data term), ``protocol.py`` the relay's server protocol,
 ``zcdp_nfl.py``, ``grad_nfl.py``, ``p_admm.py``, ``pr_admm.py`` the update rules, ``budget.py`` the noise
-plans, ``topology.py`` the graphs, ``problems.py`` the data and the centralized references.
+plans, ``topology.py`` the graphs, ``problems.py`` the data and the centralized references, ``nodes.py`` the
+relay's protocol on node files (from the nodes' m_i and d).
 """
 from fdp_flower.algorithms.registry import Family
 
@@ -22,4 +23,6 @@ FAMILY = Family(
     audit="fdp_flower.engines.audit:P2PProtocol",
     party="node",
     clients_field="federation.num_clients",
+    # the ClientApp's answer to the setup query of a run on node files (m_i, d, the site's totals)
+    extra={"client_query": "fdp_flower.clients.p2p:handle_p2p_setup_query"},
 )
