@@ -131,13 +131,6 @@ def test_api_trust_argument():
     assert "RDP, Skellam secure sums" in str(model.privacy)
 
 
-def test_other_engines_refuse_aggregated_trust():
-    from fdp_flower.engines.batched import run_batched
-
-    with pytest.raises(ValueError, match="batched engine runs privacy.trust 'site' only"):
-        run_batched([scenario()])
-
-
 # ------------------------------------------------------------------ secure aggregation
 
 def test_secure_round_uses_only_the_decoded_integer_sum():
