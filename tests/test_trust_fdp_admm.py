@@ -131,6 +131,18 @@ def test_api_trust_argument():
     assert "RDP, Skellam secure sums" in str(model.privacy)
 
 
+@pytest.mark.parametrize("trust", ["secure_aggregation", "trusted_aggregator"])
+def test_membership_audit_refuses_aggregated_trust_saying_why(trust):
+    from fdp_flower.engines.audit import protocol_for
+
+    with pytest.raises(ValueError) as info:
+        protocol_for(scenario(trust))
+    message = str(info.value)
+    assert "\n" not in message and f"under {trust}" in message
+    assert ("sum_noise_check" in message) == (trust == "secure_aggregation")
+    assert ("noise-free" in message) == (trust == "trusted_aggregator")
+
+
 # ------------------------------------------------------------------ secure aggregation
 
 def test_secure_round_uses_only_the_decoded_integer_sum():
@@ -459,3 +471,46 @@ def test_site_ledger_charges_skellam_shares_by_rdp_and_refuses_them_under_add_re
     other = SiteLedger(tmp_path / "other" / "site-ledger.jsonl", tmp_path / "head2" / "head.json")
     with pytest.raises(SiteRefusal, match="replace-one neighbours only"):
         other.charge(SiteEntry(1, events[0], "os_entropy", "digest"), SitePolicy(neighbouring="add_remove"))
+
+
+# ------------------------------------------------------------------ several quantile levels
+
+def test_three_quantile_secure_fit_composes_its_skellam_releases_within_the_budget():
+    """fit(tau=[...], trust='secure_aggregation') splits (eps, delta) in equal Gaussian shares mu / sqrt(3) and
+    calibrates each level's Skellam plan by RDP to that share; the combined headline eps must be the RDP
+    composition of all three levels' releases, recomputed here from the ledger's event fields (eq. (9.3)
+    written out, summed over the worst client's releases, converted by dp_accounting's compute_epsilon at
+    the mechanism's delta (1 - 1e-6) delta), and stay within the budget (a split that gave every level the
+    whole eps would compose to about 3 eps)."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from fdp_flower import api
+    from fdp_flower.privacy.calibration import analytic_gaussian_epsilon, target_mu
+    from fdp_flower.privacy.distributed import SKELLAM_ORDERS, TAIL_DELTA_FRACTION
+
+    rng = np.random.default_rng(0)
+    curves = rng.standard_normal((1200, 30)).cumsum(axis=1) / 5
+    y = curves[:, 10] + rng.standard_normal(1200)
+    eps, delta, levels = 1.0, 1e-5, [0.25, 0.5, 0.75]
+    with pytest.warns(UserWarning, match="predicted privacy cost"):  # 300 rows a site: the noise dominates
+        result = api.fit(curves, y, tau=levels, eps=eps, delta=delta, n_clients=4, trust="secure_aggregation",
+                         rounds=5, reference=False)
+    share = analytic_gaussian_epsilon(target_mu(eps, delta) / math.sqrt(3), delta)
+    for model in result.models:  # each level: its own Skellam plan spending its share
+        assert all(isinstance(r, SkellamSumRelease) for r in model.ledger.releases)
+        assert 0.999 * share < model.privacy.eps <= share * (1 + 1e-12)
+    orders = np.array(SKELLAM_ORDERS, dtype=float)
+    composed = {}
+    for client in range(4):
+        events = [r for r in result.ledger.releases if r.client == client]
+        assert len(events) == 3 * 5 and len({r.round for r in events}) == 15
+        rdp = np.zeros_like(orders)
+        for r in events:  # eq. (9.3): alpha D2^2 / (2 V) + min(((2 alpha - 1) D2^2 + 6 D1) / (4 V^2), 3 D1 / (2 V))
+            d2, d1, v = r.l2_sensitivity**2, r.l1_sensitivity, r.variance
+            rdp += orders * d2 / (2 * v) + np.minimum(((2 * orders - 1) * d2 + 6 * d1) / (4 * v * v), 3 * d1 / (2 * v))
+        composed[client] = compute_epsilon(list(orders), list(rdp), delta * (1 - TAIL_DELTA_FRACTION))[0]
+    worst = max(composed.values())
+    assert result.privacy.eps == pytest.approx(worst, rel=1e-9)
+    assert result.privacy.releases == 15 and "RDP, Skellam secure sums" in str(result.privacy)
+    assert worst <= eps  # the Gaussian split, composed by RDP, stays within the budget
+    assert worst > 0.98 * eps  # and spends it (measured 0.9947)

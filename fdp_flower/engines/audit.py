@@ -189,6 +189,20 @@ class _Protocol:
         return None
 
 
+#: Why the membership audit refuses an aggregated trust mode, and what checks it instead (one line each;
+#: docs/privacy.md, section 8).
+AGGREGATED_TRUST_REFUSAL = {
+    "secure_aggregation": (
+        "the membership audit covers privacy.trust 'site' only: under secure_aggregation no site's release "
+        "reaches the server, only integer sums of Skellam shares, whose noise the secure-sum check tests instead "
+        "(fdp_flower.privacy.distributed.sum_noise_check; docs/secure_aggregation.md, eqs. (9.10)-(9.12))"),
+    "trusted_aggregator": (
+        "the membership audit covers privacy.trust 'site' only: under trusted_aggregator the sites send "
+        "noise-free terms (there is no site noise to audit, and no protection against the server); the server's "
+        "one Gaussian draw per round is the trusted part"),
+}
+
+
 class FDPADMMProtocol(_Protocol):
     """FDP-ADMM: client ``party`` of the server-coordinated federation (release: its noisy descent term
     at the point the server names, :mod:`fdp_flower.algorithms.fdp_admm.site`; the public state advances
@@ -211,7 +225,7 @@ class FDPADMMProtocol(_Protocol):
         self.dim = model_dim(scenario, basis)
         self.steps_plan = noise_plan(scenario, basis)
         if scenario.privacy.enabled and scenario.privacy.trust != "site":
-            raise ValueError(f"the membership audit covers privacy.trust 'site' only, not {scenario.privacy.trust!r}")
+            raise ValueError(AGGREGATED_TRUST_REFUSAL[scenario.privacy.trust])
         self.site_plan = site_plan(scenario, basis)
         self.scales = self.site_plan.scales
         self.rho = scenario.algorithm.rho
