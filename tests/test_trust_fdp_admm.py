@@ -139,8 +139,49 @@ def test_membership_audit_refuses_aggregated_trust_saying_why(trust):
         protocol_for(scenario(trust))
     message = str(info.value)
     assert "\n" not in message and f"under {trust}" in message
-    assert ("sum_noise_check" in message) == (trust == "secure_aggregation")
+    assert ("audit_secure_sums" in message) == (trust == "secure_aggregation")
     assert ("noise-free" in message) == (trust == "trusted_aggregator")
+
+
+def test_fdp_flower_audit_of_secure_sums_passes_and_fails_on_a_site_that_skips_its_share(tmp_path, capsys, monkeypatch):
+    """``fdp-flower audit`` on a secure_aggregation scenario audits the released sums (audit_secure_sums): the
+    real site function's sums pass and the built-in mutant (site 0 without its share) fails, so the audit
+    passes; a site function that leaves out client 0's Skellam share (a mutant of site.site_share) makes the
+    released sums fail and the audit exit 1."""
+    import yaml
+
+    from fdp_flower.algorithms.fdp_admm import site as site_module
+    from fdp_flower.cli import main
+    from fdp_flower.engines.audit import audit_secure_sums, secure_sum_trials
+    from fdp_flower.privacy.distributed import randomized_round
+
+    sc = scenario(clients=4, rounds=3)
+    path = tmp_path / "secure.yaml"
+    path.write_text(yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True)))
+    report = tmp_path / "audit.md"
+    assert main(["audit", str(path), "--out", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "audit passed: FDP-ADMM secure sums" in out
+    assert "released sums (must pass)" in report.read_text() and ": FAIL" in report.read_text()
+    good = audit_secure_sums(sc, alpha=1e-4)
+    assert good.trials == secure_sum_trials(4, good.dim, 1e-4) and good.passed
+    assert good.honest.detectable_deficit <= 1 / 8 + 1e-12  # half of one missing share of 4 (eq. (9.11))
+    assert good.mutant.variance_ratio < 1 - 1 / 8
+
+    honest_share = site_module.site_share
+    calls = {"n": 0}
+
+    def skips_client_0(record_sum, plan, rng, *, records):  # every 4th share (client 0's) without its noise
+        calls["n"] += 1
+        if calls["n"] % 4 == 1:
+            return randomized_round(plan.scale * np.asarray(record_sum, dtype=float), rng)
+        return honest_share(record_sum, plan, rng, records=records)
+
+    monkeypatch.setattr(site_module, "site_share", skips_client_0)
+    bad = audit_secure_sums(sc, alpha=1e-4)
+    assert not bad.honest.passed and not bad.passed and bad.honest.variance_ratio < 1 - 1 / 8
+    assert main(["audit", str(path)]) == 1
+    assert "AUDIT FAILED: secure sums: the released sums' noise does not match the plan" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ secure aggregation
