@@ -1294,8 +1294,8 @@ def format_secure_sum_audit(report: SecureSumAudit) -> str:
                 f"{'pass' if check.passed else 'FAIL'}")
 
     return "\n".join([
-        f"secure-sum audit (privacy.trust secure_aggregation): M = {report.sites} shares of Sk({report.share_variance:.4g}) "
-        f"a coordinate, K = {report.dim}, {report.trials} sums at the start state (detectable variance shortfall "
+        f"secure-sum audit (privacy.trust secure_aggregation): M = {report.sites} shares of "
+        f"Sk({report.share_variance:.4g}) a coordinate, K = {report.dim}, {report.trials} sums at the start state (detectable variance shortfall "
         f"{report.honest.detectable_deficit:.3f}; one missing share: {1 / report.sites:.3f})",
         line("released sums (must pass)", report.honest),
         line("site 0 without its share (must fail)", report.mutant)])
