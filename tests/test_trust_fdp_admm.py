@@ -72,6 +72,12 @@ def test_default_is_site_and_bad_combinations_are_one_line_errors():
         parse_scenario({"privacy": {"trust": "server"}})
     with pytest.raises(ScenarioError, match="peer-to-peer runs have no server"):
         parse_p2p_scenario({"privacy": {"mode": "total", "eps": 1.0, "trust": "trusted_aggregator"}})
+    with pytest.raises(ScenarioError) as info:  # why, and what to use instead
+        parse_scenario({"federation": {"num_clients": 4}, "basis": {"kind": "federated_dp", "eps": 0.5},
+                        "privacy": {"mode": "total", "eps": 1.0, "trust": "secure_aggregation"}})
+    message = str(info.value)
+    assert "\n" not in message.strip() and "outside the secure sums' Skellam plan" in message
+    assert "use basis kind fixed, provided or pooled, or privacy.trust 'site'" in message
 
 
 def test_run_config_typed_trust_key():
@@ -124,6 +130,10 @@ def test_api_trust_argument():
         fit(x, y, trust="server")
     with pytest.raises(InputError, match="needs privacy"):
         fit(x, y, eps=None, trust="secure_aggregation")
+    with pytest.raises(InputError, match=r"basis: 'fpca' with trust='secure_aggregation' is not supported yet: .* "
+                                         r"use a fixed basis \(cosine, bspline, fourier\) or a FunctionalBasis, or "
+                                         r"trust='site'"):
+        fit(x, y, basis="fpca", basis_eps=0.5, trust="secure_aggregation")
     model = fit(x, y, n_clients=4, rounds=3, n_components=4, trust="secure_aggregation", tolerated=1, reference=False)
     assert model.scenario.privacy.trust == "secure_aggregation" and model.scenario.privacy.tolerated == 1
     assert model.privacy.mechanisms == ("skellam_secure_sum",)
