@@ -221,9 +221,9 @@ def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, p
 
         paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=n), nodes), work / "data")
         fed = LoopbackFederation(work, app_dir=app_dir, data_paths=paths, site_config=TRUST_SITE_CONFIG)
-    else:
-        dummy = work / "unused-data-path"  # simulated data: the node's data-path is not read
-        fed = LoopbackFederation(work, app_dir=app_dir, data_paths=[dummy] * nodes)
+    else:  # simulated data: the node names no data-path (a site that names its own file serves only that file)
+        dummy = work / "unused-data-path"
+        fed = LoopbackFederation(work, app_dir=app_dir, data_paths=[dummy] * nodes, site_config={"data-path": ""})
     lines: list[tuple[float, str]] = []
     sampler = TreeSampler(lambda: [p.pid for p in fed.processes])
     try:
