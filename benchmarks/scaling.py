@@ -6,6 +6,8 @@ next to a plain-Flower app with the same messages and no work (benchmarks/floor_
     python benchmarks/scaling.py --quick    # a small smoke version (scaling_quick.md)
     python benchmarks/scaling.py --loopback-only   # loopback rows n = 1e5, M = 10 and 100 (scaling_batched.md)
     python benchmarks/scaling.py --netns [--repeats 2]   # 5 SuperNodes in network namespaces, emulated WAN (scaling_netns.md)
+    python benchmarks/scaling.py --trust-modes [--repeats 2]   # loopback, privacy.trust site vs secure_aggregation
+                                                               # (scaling_secure_aggregation.md)
 
 Both apps send one message per SuperNode and round, carrying every client the node hosts (fdp-flower's
 FDP-ADMM strategy with fewer nodes than clients; the floor app mirrors it with the same payload sizes).
@@ -60,6 +62,13 @@ DISK_TMPDIR = tempfile.gettempdir()
 #: in network namespaces, TLS, node authentication, node-local files of NETNS_N curves in all for fdp-flower
 NETNS_NODES, NETNS_ROUNDS, NETNS_N = 5, 6, 100_000
 NETNS_SCENARIO = ROOT / "scenarios" / "deploy_demo.yaml"
+#: --trust-modes: the one small scenario run on a loopback deployment of TRUST_NODES SuperNodes, node-local files of
+#: TRUST_N curves in all (NETNS_SCENARIO, one client per node), in privacy.trust site and in secure_aggregation
+#: (total budget eps = 1; secure aggregation needs the total mode)
+TRUST_NODES, TRUST_N, TRUST_ROUNDS = 3, 10_000, 4
+TRUST_OVERRIDES = "privacy.mode=total; privacy.eps=1.0; privacy.delta=1.0e-5"
+#: every SuperNode's node config in --trust-modes (both modes: the same federation; docs/privacy.md, section 7.1)
+TRUST_SITE_CONFIG = {"accept-trust": "site,secure_aggregation"}
 #: the per-round line of both apps' ServerApps ("fdp-flower: round 2/3 done in 0.812s", "floor: round 2/3 ...")
 ROUND_LINE = re.compile(r"(?:fdp-flower|floor): round (\d+)/\d+ done in ([\d.]+)s")
 
@@ -170,11 +179,13 @@ def netns_profile(variant: str):
 
 
 def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, poll: str = "short",
-           superexec_poll: str | None = None, tmpdir: str | None = FAST_TMPDIR, profile=None) -> dict:
+           superexec_poll: str | None = None, tmpdir: str | None = FAST_TMPDIR, profile=None,
+           trust: str | None = None) -> dict:
     """One Flower run: ``kind`` simulation | loopback | netns, ``app`` fdp | floor (``poll``: short | flower);
     ``superexec_poll``: FLWR_SUPEREXEC_TASK_POLL_INTERVAL of the SuperNodes (None: Flower's default, 1 s);
     ``tmpdir``: TMPDIR of the Flower processes (None: this machine's default); ``profile``: the emulated link
-    of every SuperNode (netns)."""
+    of every SuperNode (netns); ``trust``: run fdp-flower with that ``privacy.trust`` (and :data:`TRUST_OVERRIDES`,
+    every site accepting it: :data:`TRUST_SITE_CONFIG`; loopback only)."""
     from fdp_flower.engines.flower import LoopbackFederation, SimulationFederation
 
     os.environ.update(ENV_ONE_THREAD, FLWR_SUPEREXEC_TASK_POLL_INTERVAL=superexec_poll or "1.0",
@@ -186,6 +197,11 @@ def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, p
                   "overrides": f"data.n_samples={n}; federation.num_clients={clients}; algorithm.rounds={rounds}"}
     else:
         config = {"num-clients": clients, "dim": 10, "grid-points": 100, "rounds": rounds, "poll": poll}
+    if trust is not None:
+        if app != "fdp" or kind != "loopback":
+            raise ValueError("trust: fdp-flower on a loopback deployment only")
+        config.update(scenario=str(NETNS_SCENARIO), overrides=f"federation.num_clients={clients}; "
+                      f"algorithm.rounds={rounds}; {TRUST_OVERRIDES}; privacy.trust={trust}")
     if kind == "simulation":
         fed = SimulationFederation(work, app_dir=app_dir, num_supernodes=nodes)
     elif kind == "netns":
@@ -200,9 +216,14 @@ def flower(kind: str, app: str, n: int, clients: int, rounds: int, nodes: int, p
         else:
             paths = [work / "unused-data-path"] * nodes
         fed = NetnsFederation(work, app_dir=app_dir, data_paths=paths, profile=profile, tmpdir=tmpdir)
-    else:
-        dummy = work / "unused-data-path"  # simulated data: the node's data-path is not read
-        fed = LoopbackFederation(work, app_dir=app_dir, data_paths=[dummy] * nodes)
+    elif trust is not None:  # node-local files, each site's default policy but for accept-trust (noise: OS entropy)
+        from fdp_flower.functional.node_files import load_dataset, partition, write_partitions
+
+        paths = write_partitions(partition(load_dataset("paper", seed=0, n_samples=n), nodes), work / "data")
+        fed = LoopbackFederation(work, app_dir=app_dir, data_paths=paths, site_config=TRUST_SITE_CONFIG)
+    else:  # simulated data: the node names no data-path (a site that names its own file serves only that file)
+        dummy = work / "unused-data-path"
+        fed = LoopbackFederation(work, app_dir=app_dir, data_paths=[dummy] * nodes, site_config={"data-path": ""})
     lines: list[tuple[float, str]] = []
     sampler = TreeSampler(lambda: [p.pid for p in fed.processes])
     try:
@@ -510,6 +531,54 @@ def write_netns_report(path: Path, rows: list[dict], meta: dict) -> None:
     path.write_text("\n".join(lines))
 
 
+def write_trust_report(path: Path, rows: list[dict], meta: dict) -> None:
+    """--trust-modes: per-round time of the loopback deployment in privacy.trust site and secure_aggregation, and
+    their ratio within each repetition (the two modes run back to back, in one benchmark run)."""
+    lines = ["# Loopback deployment: round time with per-site noise vs secure aggregation (issue 32)", "",
+             f"`python benchmarks/scaling.py --trust-modes --repeats {meta['repeats']}` on {meta['host']} "
+             f"({meta['cpus']} CPUs shared with other work, load {meta['load']:.1f} at the start, "
+             f"{meta.get('load_end', float('nan')):.1f} at the end), flwr {meta['flwr']}, "
+             f"{meta.get('elapsed', 0.0) / 60:.1f} min.", "",
+             f"Scenario: `{NETNS_SCENARIO.relative_to(ROOT)}` (node-local files of {TRUST_N} curves of the paper's "
+             f"design in all, `fdp-flower partition`), one client on each of {TRUST_NODES} SuperNodes (a SuperLink and "
+             f"{TRUST_NODES} SuperNodes on 127.0.0.1), {TRUST_ROUNDS} rounds, `{TRUST_OVERRIDES}`, and `privacy.trust` "
+             "site or secure_aggregation (t = 0); every site's default policy (noise from OS entropy) but for "
+             "`accept-trust = \"site,secure_aggregation\"` in both modes. In secure_aggregation every round is one "
+             "SecAgg+ round (setup, share keys, collect masked vectors, unmask: four message exchanges instead of "
+             "one). Round time on the ServerApp's clock (its "
+             "\"round l/L done in s\" lines): all rounds, round 1 (the ClientApps' imports and the data), and the "
+             "mean of rounds 2..L. Flower's default superexec task poll (1 s) and `TMPDIR=/dev/shm` in both modes.", "",
+             "| rep | privacy.trust | s / round (all) | round 1 (s) | rounds 2..L (s / round) | setup (s) "
+             "| ClientApp processes | peak RSS of the federation (GB) |",
+             "|---|---|---|---|---|---|---|---|"]
+    by_rep: dict[int, dict[str, dict]] = {}
+    for r in rows:
+        mode = r["variant"].removeprefix("trust-")
+        res = r["result"]
+        by_rep.setdefault(r.get("rep", 0), {})[mode] = res
+        if "error" in res:
+            lines.append(f"| {r.get('rep', 0)} | {mode} | failed: {res['error']} | | | | | |")
+            continue
+        lines.append(f"| {r.get('rep', 0)} | {mode} | {fmt(res['round_s'])} | {fmt(res.get('round1_s'))} | "
+                     f"{fmt(res.get('later_round_s'))} | {fmt(res.get('setup_s'), 1)} | "
+                     f"{res.get('clientapps', 'n/a')} | {fmt(res.get('peak_gb'), 2)} |")
+    lines += ["", "Ratio secure_aggregation / site, each repetition's two runs back to back:", "",
+              "| rep | all rounds | rounds 2..L |", "|---|---|---|"]
+    for rep, modes in sorted(by_rep.items()):
+        site, secure = modes.get("site", {}), modes.get("secure_aggregation", {})
+        if "round_s" not in site or "round_s" not in secure:
+            lines.append(f"| {rep} | n/a (a run failed) | |")
+            continue
+        later = (secure["later_round_s"] / site["later_round_s"]
+                 if site.get("later_round_s") and secure.get("later_round_s") else None)
+        lines.append(f"| {rep} | {secure['round_s'] / site['round_s']:.2f} | {fmt(later, 2)} |")
+    failed = sum("error" in r["result"] for r in rows)
+    lines += ["", f"Rows: `{path.with_name(path.stem + '_rows.jsonl').name}`. "
+              + (f"All {len(rows)} runs completed the private fit (run status finished:completed)." if not failed
+                 else f"{failed} of {len(rows)} runs did not complete (shown as failed above).")]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def plan_cases(quick: bool, loopback_only: bool = False) -> list[tuple]:
     """(kind, app, variant, n, M, nodes, rounds) in the order they run, ours next to its floor (the same
     load).  Flower rounds: 30 in simulation and 6 in a loopback deployment (round 1 and the mean of the
@@ -605,7 +674,11 @@ def main(argv=None) -> int:
     parser.add_argument("--netns", action="store_true",
                         help=f"a deployment in network namespaces ({NETNS_NODES} SuperNodes, TLS, node authentication) "
                              "with and without an emulated WAN, next to the floor app (scaling_netns.md; needs root)")
-    parser.add_argument("--repeats", type=int, default=1, help="--netns: run the four rows this many times")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="--netns: run the four rows this many times; --trust-modes: the two rows")
+    parser.add_argument("--trust-modes", action="store_true",
+                        help=f"a loopback deployment ({TRUST_NODES} SuperNodes) in privacy.trust site and "
+                             "secure_aggregation, round times and their ratio (scaling_secure_aggregation.md)")
     parser.add_argument("--rows", type=Path, help="re-write the report from a run's printed rows (JSON lines)")
     parser.add_argument("--select", nargs="+", metavar="KIND:N:M",
                         help="run only these cases, e.g. loopback:1e5:1000 simulation:*:1000 (report: scaling_selected.md)")
@@ -617,8 +690,10 @@ def main(argv=None) -> int:
         _child_inprocess(*args.child)
         return 0
     out = RESULTS / ("scaling_quick.md" if args.quick else "scaling_batched.md" if args.loopback_only
-                     else "scaling_netns.md" if args.netns else "scaling_selected.md" if args.select else "scaling.md")
-    report = write_netns_report if args.netns else write_report
+                     else "scaling_netns.md" if args.netns
+                     else "scaling_secure_aggregation.md" if args.trust_modes
+                     else "scaling_selected.md" if args.select else "scaling.md")
+    report = write_netns_report if args.netns else write_trust_report if args.trust_modes else write_report
     if args.ratios:
         write_ratios(RESULTS / "scaling_runs.md", [r.resolve() for r in args.ratios])
         print(f"wrote {RESULTS / 'scaling_runs.md'}")
@@ -633,6 +708,7 @@ def main(argv=None) -> int:
     from importlib.metadata import version
 
     meta = {"quick": args.quick, "loopback_only": args.loopback_only, "select": args.select, "netns": args.netns,
+            "trust_modes": args.trust_modes,
             "repeats": args.repeats,
             "host": platform.node(), "cpus": os.cpu_count(), "load": os.getloadavg()[0], "flwr": version("flwr")}
     print(json.dumps({"start": meta}), flush=True)
@@ -640,6 +716,8 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     cases = ([("netns", app, variant, NETNS_N, NETNS_NODES, NETNS_NODES, NETNS_ROUNDS, rep)
               for rep in range(args.repeats) for variant in ("lan", "wan") for app in ("fdp", "floor")] if args.netns
+             else [("loopback", "fdp", f"trust-{mode}", TRUST_N, TRUST_NODES, TRUST_NODES, TRUST_ROUNDS, rep)
+                   for rep in range(args.repeats) for mode in ("site", "secure_aggregation")] if args.trust_modes
              else [(*case, 0) for case in plan_cases(args.quick, args.loopback_only)])
     for kind, app, variant, n, m, nodes, rounds, rep in select_cases(cases, args.select) if args.select else cases:
         if time.monotonic() - started > 60 * args.budget_min:
@@ -648,12 +726,15 @@ def main(argv=None) -> int:
             result = inprocess(n, m, rounds)
         elif kind == "netns":
             result = flower(kind, app, n, m, rounds, nodes, profile=netns_profile(variant))
+        elif variant.startswith("trust-"):
+            result = flower(kind, app, n, m, rounds, nodes, trust=variant.removeprefix("trust-"))
         else:
             result = flower(kind, app, n, m, rounds, nodes, poll="flower" if variant == "send_and_receive" else "short",
                             superexec_poll=SUPEREXEC_POLL if variant == "superexec-0.2" else None,
                             tmpdir=None if variant == "disk-tmp" else FAST_TMPDIR)
         row = {"kind": kind, "app": app, "variant": variant, "n": n, "M": m, "nodes": nodes, "rounds": rounds,
-               "load": os.getloadavg()[0], "result": result, **({"rep": rep} if kind == "netns" else {})}
+               "load": os.getloadavg()[0], "result": result,
+               **({"rep": rep} if kind == "netns" or args.trust_modes else {})}
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta.update(elapsed=time.monotonic() - started, load_end=os.getloadavg()[0])

@@ -502,6 +502,11 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         arguments = dict(locals())
         return _fit_quantiles(arguments)
     check_run_arguments(eps=eps, seed=seed, out=out)
+    if trust == "secure_aggregation" and eps is not None and isinstance(basis, str) and basis == "fpca":
+        raise InputError("basis: 'fpca' with trust='secure_aggregation' is not supported yet: the federated DP-FPCA "
+                         "summaries are Gaussian releases each site sends in the clear, outside the secure sums' "
+                         f"Skellam plan; use a fixed basis ({', '.join(FIXED_BASES)}) or a FunctionalBasis, or "
+                         "trust='site' to keep the private FPCA basis")
     values, response_values, grid, labels = curve_inputs(curves, y, grid=grid, response=response,
                                                          client_column=client_column)
     if labels is not None and client_ids is not None:

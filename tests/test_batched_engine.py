@@ -97,3 +97,67 @@ def test_fpca_method_is_checked():
     grid = design.default_grid(20)
     with pytest.raises(ValueError, match="method"):
         fit_pooled_fpca(np.zeros((10, 20)), grid, n_components=2, method="svd")
+
+
+@pytest.mark.parametrize("trust", ["secure_aggregation", "trusted_aggregator"])
+def test_batched_aggregated_trust_equals_run_fdp_admm_exactly(trust):
+    """privacy.trust secure_aggregation / trusted_aggregator: the batched engine runs the in-process engine's
+    site function and aggregate (site.answer, protocol.shared_descent), so the integer shares, their sums
+    and every iterate are the same numbers (equality, not a tolerance), beside site-mode configurations of
+    the same group; the privacy columns are the in-process ledger's."""
+    from fdp_flower.algorithms.fdp_admm.plan import site_plan
+    from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
+    from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+    from fdp_flower.algorithms.fdp_admm.site import SiteData, answer
+    from fdp_flower.algorithms.protocol import SiteRequest
+    from fdp_flower.engines import batched as batched_module
+    from fdp_flower.privacy.mechanisms import run_noise
+
+    common = ["privacy.mode=total", "privacy.eps=1.0", "privacy.delta=1.0e-5", "algorithm.rounds=6",
+              "federation.num_clients=4"]
+    aggregated = [_scenario(*common, f"privacy.trust={trust}"),
+                  _scenario(*common, f"privacy.trust={trust}", "model.penalty.kind=l2", "privacy.eps=2.0")]
+    if trust == "secure_aggregation":
+        aggregated.append(_scenario(*common, f"privacy.trust={trust}", "privacy.tolerated=1"))
+    mixed = aggregated + [_scenario(*common)]  # a site-mode configuration in the same batched group
+    assert len({data_key(s) for s in mixed}) == 1
+    sums: list[np.ndarray] = []  # every decoded aggregate the batched engine computes
+    original = batched_module.shared_descent
+
+    def recording(scenario, plan, round_, values):
+        if plan.trust == "secure_aggregation":
+            assert all(np.asarray(v).dtype.kind == "i" for v in values)
+            sums.append(np.sum(values, axis=0))
+        return original(scenario, plan, round_, values)
+
+    batched_module.shared_descent = recording
+    try:
+        results = run_batched(mixed, trace=True)
+    finally:
+        batched_module.shared_descent = original
+    for sc, res in zip(mixed, results):
+        ref = run_fdp_admm(sc, with_reference=False)
+        if sc.privacy.trust == "site":  # per-client noise, vectorised over configurations: 1e-10 as above
+            assert np.max(np.abs(ref.state.global_w - res.global_w)) < 1e-10
+            continue
+        np.testing.assert_array_equal(res.global_w, ref.state.global_w)
+        np.testing.assert_array_equal(res.average_global_w, ref.state.average_global_w)
+        assert len(res.history) == len(ref.history) == sc.algorithm.rounds
+        for a, b in zip(ref.history, res.history):
+            # the MISE of equal iterates, evaluated by a vectorised formula here and by the evaluator there
+            assert b["mise"] == pytest.approx(a["mise"], rel=1e-12), (sc.privacy.trust, a["round"])
+            for key in ("eps_rdp", "eps_pld", "zcdp_rho"):
+                if key in a:
+                    assert b[key] == pytest.approx(a[key], rel=1e-12), (sc.privacy.trust, key)
+        if sc.privacy.trust == "secure_aggregation":
+            assert "eps_pld" not in res.final and 0.99 * sc.privacy.eps < res.final["eps_rdp"] <= sc.privacy.eps
+    if trust == "secure_aggregation":
+        # the same integer sums as the in-process sites' shares of round 1 (w^0 = 0: every point is 0)
+        sc = aggregated[0]
+        sizes, basis, features, responses, clipped, _ = simulation_setup(sc, with_reference=False)
+        data = SiteData.stack(range(len(sizes)), features, responses, clipped)
+        server = FDPADMMServer(sc, basis, sizes)
+        shares = answer([SiteRequest(i, 1, {"point": np.zeros(server.dim)}) for i in range(len(sizes))], data,
+                        site_plan(sc, basis, sizes), run_noise(sc.seed))
+        np.testing.assert_array_equal(sums[0], np.sum([r.value for r in shares], axis=0))
+        assert len(sums) == sc.algorithm.rounds * len(aggregated)

@@ -72,6 +72,12 @@ def test_default_is_site_and_bad_combinations_are_one_line_errors():
         parse_scenario({"privacy": {"trust": "server"}})
     with pytest.raises(ScenarioError, match="peer-to-peer runs have no server"):
         parse_p2p_scenario({"privacy": {"mode": "total", "eps": 1.0, "trust": "trusted_aggregator"}})
+    with pytest.raises(ScenarioError) as info:  # why, and what to use instead
+        parse_scenario({"federation": {"num_clients": 4}, "basis": {"kind": "federated_dp", "eps": 0.5},
+                        "privacy": {"mode": "total", "eps": 1.0, "trust": "secure_aggregation"}})
+    message = str(info.value)
+    assert "\n" not in message.strip() and "outside the secure sums' Skellam plan" in message
+    assert "use basis kind fixed, provided or pooled, or privacy.trust 'site'" in message
 
 
 def test_run_config_typed_trust_key():
@@ -124,6 +130,10 @@ def test_api_trust_argument():
         fit(x, y, trust="server")
     with pytest.raises(InputError, match="needs privacy"):
         fit(x, y, eps=None, trust="secure_aggregation")
+    with pytest.raises(InputError, match=r"basis: 'fpca' with trust='secure_aggregation' is not supported yet: .* "
+                                         r"use a fixed basis \(cosine, bspline, fourier\) or a FunctionalBasis, or "
+                                         r"trust='site'"):
+        fit(x, y, basis="fpca", basis_eps=0.5, trust="secure_aggregation")
     model = fit(x, y, n_clients=4, rounds=3, n_components=4, trust="secure_aggregation", tolerated=1, reference=False)
     assert model.scenario.privacy.trust == "secure_aggregation" and model.scenario.privacy.tolerated == 1
     assert model.privacy.mechanisms == ("skellam_secure_sum",)
@@ -131,11 +141,57 @@ def test_api_trust_argument():
     assert "RDP, Skellam secure sums" in str(model.privacy)
 
 
-def test_other_engines_refuse_aggregated_trust():
-    from fdp_flower.engines.batched import run_batched
+@pytest.mark.parametrize("trust", ["secure_aggregation", "trusted_aggregator"])
+def test_membership_audit_refuses_aggregated_trust_saying_why(trust):
+    from fdp_flower.engines.audit import protocol_for
 
-    with pytest.raises(ValueError, match="batched engine runs privacy.trust 'site' only"):
-        run_batched([scenario()])
+    with pytest.raises(ValueError) as info:
+        protocol_for(scenario(trust))
+    message = str(info.value)
+    assert "\n" not in message and f"under {trust}" in message
+    assert ("audit_secure_sums" in message) == (trust == "secure_aggregation")
+    assert ("noise-free" in message) == (trust == "trusted_aggregator")
+
+
+def test_fdp_flower_audit_of_secure_sums_passes_and_fails_on_a_site_that_skips_its_share(tmp_path, capsys, monkeypatch):
+    """``fdp-flower audit`` on a secure_aggregation scenario audits the released sums (audit_secure_sums): the
+    real site function's sums pass and the built-in mutant (site 0 without its share) fails, so the audit
+    passes; a site function that leaves out client 0's Skellam share (a mutant of site.site_share) makes the
+    released sums fail and the audit exit 1."""
+    import yaml
+
+    from fdp_flower.algorithms.fdp_admm import site as site_module
+    from fdp_flower.cli import main
+    from fdp_flower.engines.audit import audit_secure_sums, secure_sum_trials
+    from fdp_flower.privacy.distributed import randomized_round
+
+    sc = scenario(clients=4, rounds=3)
+    path = tmp_path / "secure.yaml"
+    path.write_text(yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True)))
+    report = tmp_path / "audit.md"
+    assert main(["audit", str(path), "--out", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "audit passed: FDP-ADMM secure sums" in out
+    assert "released sums (must pass)" in report.read_text() and ": FAIL" in report.read_text()
+    good = audit_secure_sums(sc, alpha=1e-4)
+    assert good.trials == secure_sum_trials(4, good.dim, 1e-4) and good.passed
+    assert good.honest.detectable_deficit <= 1 / 8 + 1e-12  # half of one missing share of 4 (eq. (9.11))
+    assert good.mutant.variance_ratio < 1 - 1 / 8
+
+    honest_share = site_module.site_share
+    calls = {"n": 0}
+
+    def skips_client_0(record_sum, plan, rng, *, records):  # every 4th share (client 0's) without its noise
+        calls["n"] += 1
+        if calls["n"] % 4 == 1:
+            return randomized_round(plan.scale * np.asarray(record_sum, dtype=float), rng)
+        return honest_share(record_sum, plan, rng, records=records)
+
+    monkeypatch.setattr(site_module, "site_share", skips_client_0)
+    bad = audit_secure_sums(sc, alpha=1e-4)
+    assert not bad.honest.passed and not bad.passed and bad.honest.variance_ratio < 1 - 1 / 8
+    assert main(["audit", str(path)]) == 1
+    assert "AUDIT FAILED: secure sums: the released sums' noise does not match the plan" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ secure aggregation
@@ -466,3 +522,46 @@ def test_site_ledger_charges_skellam_shares_by_rdp_and_refuses_them_under_add_re
     other = SiteLedger(tmp_path / "other" / "site-ledger.jsonl", tmp_path / "head2" / "head.json")
     with pytest.raises(SiteRefusal, match="replace-one neighbours only"):
         other.charge(SiteEntry(1, events[0], "os_entropy", "digest"), SitePolicy(neighbouring="add_remove"))
+
+
+# ------------------------------------------------------------------ several quantile levels
+
+def test_three_quantile_secure_fit_composes_its_skellam_releases_within_the_budget():
+    """fit(tau=[...], trust='secure_aggregation') splits (eps, delta) in equal Gaussian shares mu / sqrt(3) and
+    calibrates each level's Skellam plan by RDP to that share; the combined headline eps must be the RDP
+    composition of all three levels' releases, recomputed here from the ledger's event fields (eq. (9.3)
+    written out, summed over the worst client's releases, converted by dp_accounting's compute_epsilon at
+    the mechanism's delta (1 - 1e-6) delta), and stay within the budget (a split that gave every level the
+    whole eps would compose to about 3 eps)."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from fdp_flower import api
+    from fdp_flower.privacy.calibration import analytic_gaussian_epsilon, target_mu
+    from fdp_flower.privacy.distributed import SKELLAM_ORDERS, TAIL_DELTA_FRACTION
+
+    rng = np.random.default_rng(0)
+    curves = rng.standard_normal((1200, 30)).cumsum(axis=1) / 5
+    y = curves[:, 10] + rng.standard_normal(1200)
+    eps, delta, levels = 1.0, 1e-5, [0.25, 0.5, 0.75]
+    with pytest.warns(UserWarning, match="predicted privacy cost"):  # 300 rows a site: the noise dominates
+        result = api.fit(curves, y, tau=levels, eps=eps, delta=delta, n_clients=4, trust="secure_aggregation",
+                         rounds=5, reference=False)
+    share = analytic_gaussian_epsilon(target_mu(eps, delta) / math.sqrt(3), delta)
+    for model in result.models:  # each level: its own Skellam plan spending its share
+        assert all(isinstance(r, SkellamSumRelease) for r in model.ledger.releases)
+        assert 0.999 * share < model.privacy.eps <= share * (1 + 1e-12)
+    orders = np.array(SKELLAM_ORDERS, dtype=float)
+    composed = {}
+    for client in range(4):
+        events = [r for r in result.ledger.releases if r.client == client]
+        assert len(events) == 3 * 5 and len({r.round for r in events}) == 15
+        rdp = np.zeros_like(orders)
+        for r in events:  # eq. (9.3): alpha D2^2 / (2 V) + min(((2 alpha - 1) D2^2 + 6 D1) / (4 V^2), 3 D1 / (2 V))
+            d2, d1, v = r.l2_sensitivity**2, r.l1_sensitivity, r.variance
+            rdp += orders * d2 / (2 * v) + np.minimum(((2 * orders - 1) * d2 + 6 * d1) / (4 * v * v), 3 * d1 / (2 * v))
+        composed[client] = compute_epsilon(list(orders), list(rdp), delta * (1 - TAIL_DELTA_FRACTION))[0]
+    worst = max(composed.values())
+    assert result.privacy.eps == pytest.approx(worst, rel=1e-9)
+    assert result.privacy.releases == 15 and "RDP, Skellam secure sums" in str(result.privacy)
+    assert worst <= eps  # the Gaussian split, composed by RDP, stays within the budget
+    assert worst > 0.98 * eps  # and spends it (measured 0.9947)

@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.tolerance >= 0:
         raise ScenarioError(f"audit: --tolerance must be >= 0, got {args.tolerance:g}")
     scenario = load_any_scenario(args.scenario, args.overrides)
+    privacy = scenario.privacy
+    if getattr(privacy, "trust", "site") == "secure_aggregation" and privacy.enabled and not args.fpca:
+        return _secure_sums(scenario, args)
     protocol = protocol_for(scenario, party=args.party, variant=args.variant, fpca=args.fpca)
     report = audit_protocol(protocol, steps=args.steps, transcripts=args.transcripts, lr_trials=args.trials,
                             relations=args.relation, tolerance=args.tolerance, alpha=args.alpha, seed=args.seed,
@@ -98,4 +101,29 @@ def run(args: argparse.Namespace) -> int:
             print(f"AUDIT FAILED: {line}", file=sys.stderr)
         return 1
     print(f"audit passed: {report.algorithm}, {report.steps} steps")
+    return 0
+
+
+def _secure_sums(scenario, args: argparse.Namespace) -> int:
+    """``privacy.trust: secure_aggregation``: no site's release reaches the server, so the audit checks the
+    released sums' noise instead of one site's release (:func:`fdp_flower.engines.audit.audit_secure_sums`):
+    the honest sums must pass, the sums without one site's share must fail (docs/privacy.md, section 8)."""
+    from fdp_flower.engines.audit import audit_secure_sums, format_secure_sum_audit
+
+    if not 0 < args.site_alpha < 1:
+        from fdp_flower.config.base import ScenarioError
+
+        raise ScenarioError(f"audit: --site-alpha must be in (0, 1), got {args.site_alpha:g}")
+    report = audit_secure_sums(scenario, alpha=args.site_alpha, seed=args.seed)
+    text = format_secure_sum_audit(report)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    if not report.passed:
+        reason = ("the released sums' noise does not match the plan" if not report.honest.passed
+                  else "the check cannot tell a missing share at this sample size")
+        print(f"AUDIT FAILED: secure sums: {reason}", file=sys.stderr)
+        return 1
+    print(f"audit passed: FDP-ADMM secure sums, {report.trials} sums of {report.sites} shares")
     return 0

@@ -26,6 +26,8 @@ through :meth:`fdp_flower.privacy.ledger.GaussianRelease.under`).  m_i stays the
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,6 +191,20 @@ class _Protocol:
         return None
 
 
+#: Why the membership audit refuses an aggregated trust mode, and what checks it instead (one line each;
+#: docs/privacy.md, section 8).
+AGGREGATED_TRUST_REFUSAL = {
+    "secure_aggregation": (
+        "the membership audit covers privacy.trust 'site' only: under secure_aggregation no site's release "
+        "reaches the server, only integer sums of Skellam shares, whose noise the secure-sum audit tests instead "
+        "(fdp-flower audit runs it: audit_secure_sums; docs/secure_aggregation.md, eqs. (9.10)-(9.12))"),
+    "trusted_aggregator": (
+        "the membership audit covers privacy.trust 'site' only: under trusted_aggregator the sites send "
+        "noise-free terms (there is no site noise to audit, and no protection against the server); the server's "
+        "one Gaussian draw per round is the trusted part"),
+}
+
+
 class FDPADMMProtocol(_Protocol):
     """FDP-ADMM: client ``party`` of the server-coordinated federation (release: its noisy descent term
     at the point the server names, :mod:`fdp_flower.algorithms.fdp_admm.site`; the public state advances
@@ -211,7 +227,7 @@ class FDPADMMProtocol(_Protocol):
         self.dim = model_dim(scenario, basis)
         self.steps_plan = noise_plan(scenario, basis)
         if scenario.privacy.enabled and scenario.privacy.trust != "site":
-            raise ValueError(f"the membership audit covers privacy.trust 'site' only, not {scenario.privacy.trust!r}")
+            raise ValueError(AGGREGATED_TRUST_REFUSAL[scenario.privacy.trust])
         self.site_plan = site_plan(scenario, basis)
         self.scales = self.site_plan.scales
         self.rho = scenario.algorithm.rho
@@ -1188,3 +1204,98 @@ SUMMARY_HEADER = ("| algorithm | relations | steps | max measured / calibrated s
                   "sensitivity; noise variance / ledger sigma^2 (requests) | verdict |\n"
                   "|---|---|---|---|---|---|---|---|")
 
+
+
+# ---------------------------------------------------------------------------------------------- secure sums
+@dataclass
+class SecureSumAudit:
+    """:func:`audit_secure_sums`'s verdict: the noise check of the honest released sums (must pass) and of the
+    same sums with one site's Skellam share left out (must fail: the check has the power to see it)."""
+
+    sites: int
+    dim: int
+    trials: int
+    honest: Any  # NoiseSpreadCheck
+    mutant: Any  # NoiseSpreadCheck
+    share_variance: float
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.honest.passed and not self.mutant.passed)
+
+
+def secure_sum_trials(sites: int, dim: int, alpha: float) -> int:
+    """Trials for :func:`audit_secure_sums` so that the check detects, with probability >= 1 - ``alpha``, a
+    variance shortfall of 1 / (2 M), half of one missing share's (docs/secure_aggregation.md, eq. (9.11)):
+    N = 2 ((z_{alpha/4} + z_alpha) 2 M)^2 coordinates (the detectable deficit (z_{alpha/4} + z_alpha) sqrt(2 / N)
+    of :func:`fdp_flower.privacy.distributed.sum_noise_check`), at least 200 trials."""
+    from scipy import stats
+
+    z = float(stats.norm.isf(alpha / 4.0) + stats.norm.isf(alpha))
+    return max(200, math.ceil(2.0 * (z * 2.0 * sites) ** 2 / dim))
+
+
+def audit_secure_sums(scenario, *, trials: int | None = None, alpha: float = 1e-4, seed: int = 0) -> SecureSumAudit:
+    """The empirical audit of a ``privacy.trust: secure_aggregation`` run (docs/secure_aggregation.md,
+    eqs. (9.10)-(9.12); docs/privacy.md, section 8): ``trials`` rounds in which every site answers the request
+    of the start state (w^0 = 0) through the real site function (:func:`fdp_flower.algorithms.fdp_admm.site.answer`:
+    its rounded, scaled term plus its Skellam share), each round with fresh noise from the audit's ``seed``.
+    The residuals r = sum_i v_i - gamma sum_i x_i (the audit knows the data) must pass
+    :func:`~fdp_flower.privacy.distributed.sum_noise_check` against the planned M V / (M - t) plus the
+    rounding; the same sums with site 0's share replaced by its rounded term alone (a site that skips its
+    noise) must fail it.  ``trials`` default: :func:`secure_sum_trials`."""
+    from fdp_flower.algorithms.fdp_admm.plan import site_plan
+    from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+    from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, mean_loss_terms
+    from fdp_flower.algorithms.protocol import SiteRequest
+    from fdp_flower.privacy.distributed import randomized_round, sum_noise_check
+
+    if not (scenario.privacy.enabled and scenario.privacy.trust == "secure_aggregation"):
+        raise ValueError("audit_secure_sums needs privacy.enabled and privacy.trust 'secure_aggregation'")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha:g}")
+    sizes, basis, features, responses, clipped, _ = simulation_setup(scenario, with_reference=False)
+    data = SiteData.stack(range(len(sizes)), features, responses, clipped)
+    plan = site_plan(scenario, basis, sizes)
+    secure, sites = plan.secure, len(sizes)
+    trials = secure_sum_trials(sites, plan.dim, alpha) if trials is None else int(trials)
+    if trials < 2:
+        raise ValueError(f"trials must be >= 2, got {trials}")
+    point = np.zeros(plan.dim)
+    scaled = secure.scale * plan.whiten(-mean_loss_terms(plan.loss, data, np.zeros((sites, plan.dim))))
+    honest, mutant = np.empty((trials, plan.dim)), np.empty((trials, plan.dim))
+    for t in range(trials):
+        rngs = [np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(i, t))) for i in range(sites)]
+        releases = answer([SiteRequest(i, 1, {"point": point}) for i in range(sites)], data, plan,
+                          lambda events: rngs[events[0].client])
+        refused = next((r for r in releases if isinstance(r, Exception)), None)
+        if refused is not None:
+            raise refused
+        shares = np.stack([r.value for r in releases])
+        honest[t] = shares.sum(axis=0) - scaled.sum(axis=0)
+        rounded = randomized_round(scaled[0], np.random.default_rng(np.random.SeedSequence(int(seed),
+                                                                                           spawn_key=(sites, t))))
+        mutant[t] = honest[t] - shares[0] + rounded  # site 0 sends its rounded term without its Skellam share
+    fractions = scaled - np.floor(scaled)  # (M, K): every trial rounds the same terms
+    variance = sites * secure.share_variance
+    return SecureSumAudit(sites, plan.dim, trials,
+                          sum_noise_check(honest, skellam_variance=variance, rounding_fractions=fractions[None],
+                                          alpha=alpha),
+                          sum_noise_check(mutant, skellam_variance=variance, rounding_fractions=fractions[None],
+                                          alpha=alpha),
+                          float(secure.share_variance))
+
+
+def format_secure_sum_audit(report: SecureSumAudit) -> str:
+    """The secure-sum audit's lines (one per check)."""
+    def line(name: str, check) -> str:
+        return (f"  {name}: variance ratio {check.variance_ratio:.4f} (se {check.variance_ratio_se:.4f}, "
+                f"z {check.variance_z:+.2f}), mean z {check.mean_z:+.2f}, critical |z| {check.critical_z:.2f}: "
+                f"{'pass' if check.passed else 'FAIL'}")
+
+    return "\n".join([
+        f"secure-sum audit (privacy.trust secure_aggregation): M = {report.sites} shares of "
+        f"Sk({report.share_variance:.4g}) a coordinate, K = {report.dim}, {report.trials} sums at the start state (detectable variance shortfall "
+        f"{report.honest.detectable_deficit:.3f}; one missing share: {1 / report.sites:.3f})",
+        line("released sums (must pass)", report.honest),
+        line("site 0 without its share (must fail)", report.mutant)])

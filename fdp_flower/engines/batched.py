@@ -22,6 +22,13 @@ together, with state arrays of shape (C, M, K) (C configurations):
   scenario (the test checks 1e-10).  Configurations that share a seed therefore
   share their standard-normal draws (common random numbers), exactly as separate
   runs with that seed would;
+- a configuration with ``privacy.trust`` secure_aggregation or trusted_aggregator runs the very functions
+  of the in-process engine for its sites and its aggregate: every client's release is
+  :func:`fdp_flower.algorithms.fdp_admm.site.answer` (the integer Skellam share, or the noise-free term)
+  and the round's shared descent term :func:`fdp_flower.algorithms.fdp_admm.protocol.shared_descent`
+  (the exact integer sum decoded, or the server's one noise draw), with the shared step
+  min_i eta_i^l; so its integers, sums and iterates are those of the in-process run (the test checks
+  equality), and its privacy columns come from a ledger of the releases' events, as the server's do;
 - on the paper's simulation design the curves do not depend on tau (only the
   response shifts by F^{-1}(tau)), so the quantile levels share the data too;
 - no reference LP is solved: the metrics are the MISE of the final iterate w^l
@@ -44,20 +51,24 @@ from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.convergence import cap_reason
 from fdp_flower.algorithms.fdp_admm.convergence import stop_reason as converged_reason
 from fdp_flower.algorithms.fdp_admm.plan import (
+    aggregation_trust,
     build_objective,
     data_source,
     noise_plan,
+    privacy_columns,
     site_plan,
     split_coefficients,
     tail_start,
 )
-from fdp_flower.algorithms.fdp_admm.protocol import server_round
+from fdp_flower.algorithms.fdp_admm.protocol import server_round, shared_descent
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
-from fdp_flower.algorithms.fdp_admm.site import SiteData, mean_loss_terms, noisy_descent_terms
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer, mean_loss_terms, noisy_descent_terms
+from fdp_flower.algorithms.protocol import SiteRequest
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
 from fdp_flower.functional import design
+from fdp_flower.functional.federated_fpca import basis_releases
 from fdp_flower.functional.fpca import FunctionalBasis
-from fdp_flower.privacy.ledger import epsilon_of_rho
+from fdp_flower.privacy.ledger import PrivacyLedger, epsilon_of_rho
 from fdp_flower.privacy.mechanisms import run_noise, zcdp_to_dp
 
 __all__ = ["BatchedResult", "SharedData", "data_key", "run_batched", "shared_setup"]
@@ -125,9 +136,6 @@ def _plan_key(scenario: Scenario) -> str:
 def _check_supported(scenario: Scenario) -> None:
     if scenario.algorithm.kind != "fdp_admm":
         raise ValueError(f"the batched engine runs fdp_admm only, not {scenario.algorithm.kind!r}")
-    if scenario.privacy.enabled and scenario.privacy.trust != "site":
-        raise ValueError(f"the batched engine runs privacy.trust 'site' only, not {scenario.privacy.trust!r}: "
-                         "use the inprocess engine")
     faults = getattr(scenario, "faults", None)
     if faults is not None and faults.failure_rate > 0:
         raise ValueError("the batched engine does not inject failures (faults.failure_rate > 0): "
@@ -167,6 +175,10 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     deltas = [c.privacy.delta for c in configs]
     private = np.array([c.privacy.enabled for c in configs])
     noise = run_noise(sc0.seed, getattr(sc0.privacy, "noise_source", "seeded"))
+    trusts = [aggregation_trust(c) for c in configs]
+    per_site = [c for c in range(n_cfg) if trusts[c] == "site"]  # each client noises its own term (1.3)
+    aggregated = [c for c in range(n_cfg) if trusts[c] != "site"]  # one shared term D per round (1.3s), (1.3t)
+    ledgers = {c: _aggregate_ledger(configs[c], data) for c in aggregated}
     z = np.zeros((2, n_cfg, num_clients, dim))
     rho = np.full(n_cfg, float(sc0.algorithm.rho))  # rho^l of every configuration (eq. (1.16))
     state = FDPADMMState(0, z[0, :, 0].copy(), z[0].copy(), z[0].copy(), z[0, :, 0].copy(), z[0].copy(),
@@ -176,7 +188,13 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     rows: list[list[dict]] = [[] for _ in configs]
     traces = np.zeros((rounds, n_cfg, dim)) if trace else None
     for l in range(1, rounds + 1):
-        terms = noisy_descent_terms(site, state.noisy_primals, round_=l, plans=site_plans, noise=noise)  # (1.3)
+        terms = np.empty_like(state.noisy_primals)
+        if per_site:
+            terms[per_site] = noisy_descent_terms(site, state.noisy_primals[per_site], round_=l,
+                                                  plans=[site_plans[c] for c in per_site], noise=noise)  # (1.3)
+        for c in aggregated:
+            terms[c] = _aggregated_descent(configs[c], site, site_plans[c], state.noisy_primals[c], l, noise,
+                                           ledgers[c])
         state, control = server_round(sc0, objective, state, terms, eta=eta[l - 1][..., None], rho=rho)
         running = stopped == 0
         stops_now = running & control.stop
@@ -199,7 +217,9 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
                 row = {"round": l, "eta_mean": float(eta[l - 1, c].mean()), **control.row(c), "mise": float(mise[c]),
                        "mise_avg": float(mise_avg[c]), "mise_estimate": float(mise_estimate[c])}
                 row.update({k: float(v[c]) for k, v in extra.items()})
-                if private[c]:  # eps_pld: the ledger's PLD figure, closed form of the composed Gaussians
+                if c in ledgers:  # the ledger of the releases' events, as the in-process server's rows
+                    row.update(privacy_columns(ledgers[c], deltas[c]))
+                elif private[c]:  # eps_pld: the ledger's PLD figure, closed form of the composed Gaussians
                     row["eps_pld"] = epsilon_of_rho(float(cum_zcdp[l - 1, c]), deltas[c])
                     row["zcdp_rho"] = float(cum_zcdp[l - 1, c])
                     row["eps_zcdp"] = zcdp_to_dp(float(cum_zcdp[l - 1, c]), deltas[c])
@@ -226,14 +246,45 @@ def _run_group(configs: list[Scenario], data: SharedData, plans: dict[str, tuple
     return out
 
 
+def _aggregate_ledger(scenario: Scenario, data: SharedData) -> PrivacyLedger:
+    """An aggregated-trust configuration's ledger before round 1: the private basis phase's releases, if
+    any (round 0, as the in-process engine records them)."""
+    ledger = PrivacyLedger()
+    if noise_plan(scenario, data.basis).basis_multiplier is not None:
+        b = scenario.basis
+        ledger.record_many(basis_releases([int(m) for m in data.sizes], clip_cb=b.clip_cb, eps=b.eps, delta=b.delta))
+    return ledger
+
+
+def _aggregated_descent(scenario: Scenario, site: SiteData, plan, points: np.ndarray, round_: int, noise,
+                        ledger: PrivacyLedger) -> np.ndarray:
+    """One aggregated-trust configuration's round: every client's release at its point (M, K) by the site
+    function, then the shared descent term D (:func:`~fdp_flower.algorithms.fdp_admm.protocol.shared_descent`)
+    broadcast to every client (M, K); the releases' events go to ``ledger``.  A refused release raises
+    (this engine injects no failures)."""
+    requests = [SiteRequest(client, round_, {"point": points[i]}) for i, client in enumerate(site.clients)]
+    releases = answer(requests, site, plan, noise)
+    refused = next((r for r in releases if isinstance(r, Exception)), None)
+    if refused is not None:
+        raise refused
+    ledger.record_many([r.event for r in releases if r.event is not None])
+    shared = shared_descent(scenario, plan, round_, [r.value for r in releases])
+    return np.broadcast_to(shared, points.shape)
+
+
 def _plan_arrays(scenario: Scenario, sizes: np.ndarray, basis: FunctionalBasis) -> tuple:
-    """(eta (L, M), the site's plan, per-round zCDP (L, M)); the zCDP is 0 without privacy."""
-    steps, calibration = noise_plan(scenario, basis), site_plan(scenario, basis)
+    """(eta (L, M), the site's plan, per-round zCDP (L, M)); the zCDP is 0 without privacy.  An aggregated
+    trust mode takes the shared step min_i eta_i^l for every client (the server's, docs/algorithms.md,
+    section 1, "Trust modes"); its privacy columns come from its ledger, not from this zCDP."""
+    steps, calibration = noise_plan(scenario, basis), site_plan(scenario, basis, sizes)
+    shared_step = aggregation_trust(scenario) != "site"
     rounds = scenario.algorithm.rounds
     eta = np.zeros((rounds, sizes.size))
     zcdp = np.zeros_like(eta)
     for l in range(1, rounds + 1):
         eta[l - 1] = steps.step_size(l, sizes)
+        if shared_step:
+            eta[l - 1] = float(np.min(eta[l - 1]))
         sensitivity, sigma = calibration.calibration(l, sizes)
         if sigma is not None:
             zcdp[l - 1] = sensitivity**2 / (2.0 * sigma**2)

@@ -75,8 +75,8 @@ class FDPADMMStrategy(ProtocolStrategy):
                              "source's; node-local data: the setup phase's)")
         noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
         if scenario.privacy.enabled and scenario.privacy.trust == "trusted_aggregator":
-            raise ValueError("privacy.trust 'trusted_aggregator' runs on the in-process engine only so far "
-                             "(the Flower strategy routes 'site' and 'secure_aggregation')")
+            raise ValueError("privacy.trust 'trusted_aggregator' runs on the in-process and batched engines only "
+                             "so far (the Flower strategy routes 'site' and 'secure_aggregation')")
         p = scenario.privacy
         total_budget = (p.eps, p.delta) if p.enabled and p.mode == "total" else None  # guarded before each round
         server = FDPADMMServer(scenario, basis, partition_sizes, evaluator=evaluate_state, total_budget=total_budget,

@@ -289,8 +289,9 @@ class Scenario(_Frozen):
                                  f"({self.federation.num_clients}): at least one honest share must reach the sum")
             if getattr(self.basis, "kind", None) == "federated_dp" and getattr(self.basis, "private", False):
                 raise ValueError("privacy.trust 'secure_aggregation' with a private federated_dp basis is not "
-                                 "supported yet (its Gaussian releases are not in the Skellam plan); use a fixed, "
-                                 "provided or pooled basis")
+                                 "supported yet (each site sends its DP-FPCA summary in the clear, a Gaussian release "
+                                 "outside the secure sums' Skellam plan); use basis kind fixed, provided or pooled, or "
+                                 "privacy.trust 'site' to keep the private basis")
         if isinstance(self.data, PaperSimulation) and self.data.n_samples < self.federation.num_clients:
             raise ValueError(
                 f"federation.num_clients ({self.federation.num_clients}) exceeds data.n_samples "

@@ -91,6 +91,43 @@ def server_round(scenario, objective, state: FDPADMMState, descent: np.ndarray, 
     return server_after_round(scenario.algorithm, state, advanced, rho)
 
 
+def decode_secure_sum(plan, round_: int, total: np.ndarray, contributing: int) -> np.ndarray:
+    """D = S (sum_i v_i) / (gamma A) from the integer sum ``total`` of A = ``contributing`` secure-sum shares
+    (docs/algorithms.md, eq. (1.3s); ``plan`` the run's :class:`~fdp_flower.algorithms.fdp_admm.site.SitePlan`).
+    Fewer than M - t shares refuse the round (:class:`RunStopped`: the noise would be short, eq. (9.4)),
+    before anything is decoded."""
+    secure = plan.secure
+    needed = secure.sites - secure.tolerated
+    if contributing < needed:
+        raise RunStopped(f"stopped: secure sum of round {round_} refused: {contributing} of {secure.sites} "
+                         f"shares arrived, the guarantee needs M - t = {needed} (privacy.tolerated = "
+                         f"{secure.tolerated})")
+    total = np.asarray(total)
+    if total.shape != (plan.dim,) or total.dtype.kind not in "iu":
+        raise ValueError(f"the secure sum must be an integer vector of shape ({plan.dim},)")
+    return plan.unwhiten(total.astype(float) / (secure.scale * contributing))
+
+
+def shared_descent(scenario, plan, round_: int, values) -> np.ndarray:
+    """The shared descent term D of an aggregated trust mode from the contributors' releases ``values``
+    (in client order), the one simulation of the aggregate every engine runs (docs/algorithms.md,
+    eqs. (1.3s), (1.3t)): the whitened terms' sum over the A contributors, decoded or noised, divided by A
+    and mapped back by the noise shape S.
+
+    secure_aggregation: D = S (sum_i v_i) / (gamma A), the exact integer sum of the shares
+    (:func:`decode_secure_sum`); trusted_aggregator: D = S (sum_i x_i + sigma_l N(0, I)) / A, the server's
+    one noise draw (:func:`trusted_aggregator_rng`)."""
+    if plan.trust == "secure_aggregation":
+        total = np.zeros(plan.dim, dtype=np.int64)
+        for value in values:
+            total = total + np.asarray(value, dtype=np.int64)
+        return decode_secure_sum(plan, round_, total, len(values))
+    total = np.sum([np.asarray(value, dtype=float) for value in values], axis=0)
+    sigma = plan.trusted_release(0, round_, plan.min_records).sigma  # sigma_l = z_l 2 G / min_i m_i
+    noisy = total + sigma * trusted_aggregator_rng(scenario, round_).standard_normal(plan.dim)
+    return plan.unwhiten(noisy / len(values))
+
+
 class FDPADMMServer(ServerProtocol):
     """The server side of FDP-ADMM / F-ADMM (Zhou & Xiang 2022; docs/algorithms.md, eqs. (1.2)-(1.5)).
 
@@ -247,27 +284,15 @@ class FDPADMMServer(ServerProtocol):
             raise ReleaseRejected(f"client {client}: release contains NaN or infinite values")
 
     def aggregate_descent(self, round_: int, accepted: dict[int, SiteRelease]) -> np.ndarray:
-        """The round's shared descent term D from the accepted releases (docs/algorithms.md, eqs. (1.3s),
-        (1.3t)): the whitened terms' sum over the A contributing clients, decoded or noised, divided by A and
-        mapped back by the noise shape S.
-
-        secure_aggregation: D = S (sum_i v_i) / (gamma A), the integer sum of the shares -- the only value of
-        the shares this method reads (:meth:`descent_from_sum` takes the sum from Flower's SecAgg+); a round
-        with fewer than M - t shares is refused (:class:`RunStopped`: the noise would be short, eq. (9.4)).
-        trusted_aggregator: D = S (sum_i x_i + sigma_l N(0, I)) / A, the server's one noise draw."""
+        """The round's shared descent term D from the accepted releases (:func:`shared_descent`, eqs. (1.3s),
+        (1.3t)); secure_aggregation: the sum Flower's SecAgg+ unmasked when :meth:`accept_secure_sum` gave
+        one (the shares never reach the server), else the integer sum of the accepted shares -- the only
+        value of the shares this method reads."""
         contributors = sorted(accepted)
-        if self.trust == "secure_aggregation":
-            if self._secure_total is not None:  # the sum Flower's SecAgg+ unmasked (accept_secure_sum)
-                total, self._secure_total = self._secure_total, None
-                return self.descent_from_sum(round_, total, contributors)
-            total = np.zeros(self.dim, dtype=np.int64)
-            for i in contributors:
-                total = total + np.asarray(accepted[i].value, dtype=np.int64)
+        if self.trust == "secure_aggregation" and self._secure_total is not None:
+            total, self._secure_total = self._secure_total, None
             return self.descent_from_sum(round_, total, contributors)
-        total = np.sum([np.asarray(accepted[i].value, dtype=float) for i in contributors], axis=0)
-        sigma = self.calibration.trusted_release(0, round_, self.sizes[0]).sigma
-        noisy = total + sigma * trusted_aggregator_rng(self.scenario, round_).standard_normal(self.dim)
-        return self._unwhiten(noisy / len(contributors))
+        return shared_descent(self.scenario, self.calibration, round_, [accepted[i].value for i in contributors])
 
     def accept_secure_sum(self, total: np.ndarray, contributors) -> None:
         """Accept the open round's secure sum as Flower's SecAgg+ returned it: the integer sum of the shares
@@ -289,22 +314,9 @@ class FDPADMMServer(ServerProtocol):
         self._secure_total = total.astype(np.int64)
 
     def descent_from_sum(self, round_: int, total: np.ndarray, contributors) -> np.ndarray:
-        """D = S (sum_i v_i) / (gamma A) from the integer sum of A >= M - t secure-sum shares (eq. (1.3s));
-        fewer shares refuse the round (:class:`RunStopped`), before anything is decoded."""
-        secure = self.calibration.secure
-        needed = secure.sites - secure.tolerated
-        if len(contributors) < needed:
-            raise RunStopped(f"stopped: secure sum of round {round_} refused: {len(contributors)} of {secure.sites} "
-                             f"shares arrived, the guarantee needs M - t = {needed} (privacy.tolerated = "
-                             f"{secure.tolerated})")
-        total = np.asarray(total)
-        if total.shape != (self.dim,) or total.dtype.kind not in "iu":
-            raise ValueError(f"the secure sum must be an integer vector of shape ({self.dim},)")
-        return self._unwhiten(total.astype(float) / (secure.scale * len(contributors)))
-
-    def _unwhiten(self, whitened: np.ndarray) -> np.ndarray:
-        scales = self.calibration.scales
-        return whitened if scales is None else whitened * scales
+        """D = S (sum_i v_i) / (gamma A) from the integer sum of A >= M - t secure-sum shares
+        (:func:`decode_secure_sum`, eq. (1.3s)); fewer shares refuse the round (:class:`RunStopped`)."""
+        return decode_secure_sum(self.calibration, round_, total, len(contributors))
 
     def _close_aggregated(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:
         """The server step of an aggregated trust mode: every client takes the shared descent term D and

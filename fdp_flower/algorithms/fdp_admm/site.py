@@ -211,6 +211,10 @@ class SitePlan:
         """Terms in the noise metric, x / S (the secure sum and the trusted aggregator's noise live there)."""
         return terms if self.scales is None else terms / self.scales
 
+    def unwhiten(self, whitened: np.ndarray) -> np.ndarray:
+        """Whitened terms back in the model's metric, x S (the decoded or noised aggregate)."""
+        return whitened if self.scales is None else whitened * self.scales
+
     def calibration(self, round_: int, m) -> tuple[np.ndarray, np.ndarray | None]:
         """(Delta_i, sigma_i) of round ``round_`` for clients of sizes ``m``: Delta_i = 2 G / m_i and
         sigma_i = z_l Delta_i (None when privacy is off)."""
