@@ -498,6 +498,56 @@ def test_flower_strategy_secure_rounds_with_dropouts_through_the_real_clientapp(
     assert strategy.state.round == 2 and "refused" in strategy.server.stop_reason
 
 
+def test_flower_strategy_trusted_aggregator_through_the_real_clientapp(tmp_path, monkeypatch, task_identity):
+    """privacy.trust trusted_aggregator on the Flower strategy: every node's real ClientApp sends its clients'
+    noise-free data terms, the server adds its one noise draw per round; three rounds equal the in-process
+    engine's bit for bit (state and the trusted-aggregator ledger)."""
+    import tomllib
+
+    import yaml
+    from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+
+    from fdp_flower.strategies.fdp_admm import FDPADMMStrategy
+    from tests.flower_harness import REPO
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    sc = scenario("trusted_aggregator", clients=4, rounds=3, n=800)
+    path = tmp_path / "trusted.yaml"
+    path.write_text(yaml.safe_dump(sc.model_dump(mode="json")))
+    app_config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    run_config = {**app_config, "scenario": str(path), "overrides": ""}
+    grid = _NodesGrid(run_config, [11, 22])  # two nodes, two clients each
+    _, _, _, basis, sizes = driven(sc)
+    strategy = FDPADMMStrategy(sc, basis, partition_sizes=sizes)
+    strategy.server_context = Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+    for r in (1, 2, 3):
+        messages = strategy.configure_train(r, ArrayRecord(), ConfigRecord(), grid)
+        strategy.aggregate_train(r, grid.send_and_receive(list(messages)))
+    local = run_fdp_admm(sc)
+    for name in ("global_w", "duals", "noisy_primals"):
+        np.testing.assert_array_equal(getattr(strategy.state, name), getattr(local.state, name))
+    assert strategy.server.ledger.to_rows() == local.ledger.to_rows() and len(local.ledger.to_rows()) == 4 * 3
+
+
+@pytest.mark.parametrize("value", [None, True, 0, -3, 2.5, "200", 199])
+def test_a_trusted_aggregator_round_must_name_the_runs_min_records(value):
+    """The client's plan of a trusted-aggregator round: the message's min_i m_i is a positive integer and, on
+    simulated data, the source's own (here 200); anything else is one ValueError line naming the key."""
+    from fdp_flower.algorithms.fdp_admm.plan import data_source
+    from fdp_flower.clients.fdp_admm import _trusted_aggregator_plan
+    from fdp_flower.wire import MIN_RECORDS_KEY
+
+    sc = scenario("trusted_aggregator", clients=4, n=800)
+    _, _, _, basis, sizes = driven(sc)
+    assert int(min(sizes)) == 200
+    config = {} if value is None else {MIN_RECORDS_KEY: value}
+    with pytest.raises(ValueError, match=MIN_RECORDS_KEY):
+        _trusted_aggregator_plan(sc, basis, config, data_source(sc))
+    plan = _trusted_aggregator_plan(sc, basis, {MIN_RECORDS_KEY: 200}, data_source(sc))
+    assert plan.trust == "trusted_aggregator" and plan.min_records == 200
+    assert _trusted_aggregator_plan(scenario("site"), basis, {}, data_source(sc)) is None
+
+
 def test_site_ledger_charges_skellam_shares_by_rdp_and_refuses_them_under_add_remove(tmp_path):
     """A site's own ledger (node-local data) records a secure-sum share with its accounting fields, reads it
     back, composes the site's eps by the same RDP figure as the run's ledger, refuses a share beyond

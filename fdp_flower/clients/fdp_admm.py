@@ -42,6 +42,7 @@ from fdp_flower.wire import (
     BASIS_DIGEST_KEY,
     BASIS_MISSING,
     BASIS_PREFIX,
+    MIN_RECORDS_KEY,
     basis_digest,
     pack_arrays,
     unpack_arrays,
@@ -272,6 +273,23 @@ def node_features(context: Context, scenario: Scenario, partition: int, basis: F
     return value if value is not None else _compute_features(context, scenario, partition, basis)
 
 
+def _trusted_aggregator_plan(scenario: Scenario, basis: FunctionalBasis, config, source):
+    """The site plan of a ``privacy.trust: trusted_aggregator`` round (None in any other mode): the public
+    min_i m_i the message names (:data:`~fdp_flower.wire.MIN_RECORDS_KEY`) -- a positive integer; on simulated
+    data the source's own min_i m_i; a client with fewer rows refuses in the site function."""
+    from fdp_flower.algorithms.fdp_admm.plan import aggregation_trust, site_plan
+
+    if aggregation_trust(scenario) != "trusted_aggregator":
+        return None
+    value = config[MIN_RECORDS_KEY] if MIN_RECORDS_KEY in config else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{MIN_RECORDS_KEY}: a trusted-aggregator round names the run's min_i m_i (a positive "
+                         f"integer), got {value!r}")
+    if not source.node_local and value != int(np.min(source.partition_sizes())):
+        raise ValueError(f"{MIN_RECORDS_KEY} = {value} is not the run's min_i m_i")
+    return site_plan(scenario, basis, [value])
+
+
 def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) -> Message:
     """Answer an FDP-ADMM train message: every client it asks for (one, or every client a node hosts
     when nodes host several simulated clients) releases its noisy descent term at the point the
@@ -318,7 +336,8 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
         data = SiteData.stack([partitions[j] for j in asked], [rows[j][0] for j in asked],
                               [rows[j][2] for j in asked], [rows[j][1] for j in asked])
         named = [SiteRequest(partitions[j], requests[j].round, requests[j].public) for j in asked]
-        for j, outcome in zip(asked, answer(named, data, _site_plan(scenario, basis), site.noise_for)):
+        plan = _trusted_aggregator_plan(scenario, basis, config, source) or _site_plan(scenario, basis)
+        for j, outcome in zip(asked, answer(named, data, plan, site.noise_for)):
             if isinstance(outcome, Exception):
                 refused[j] = outcome
                 continue

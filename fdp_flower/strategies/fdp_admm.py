@@ -30,7 +30,8 @@ from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, re
 from fdp_flower.outputs.results import RunResult, check_output_dir, privacy_headline, rescue_run, write_results
 from fdp_flower.strategies.common import FederationError, polling, run_results_dir, wait_for_nodes
 from fdp_flower.strategies.protocol import Broadcast, ProtocolStrategy, RunConverged
-from fdp_flower.wire import BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, basis_digest, pack_arrays
+from fdp_flower.wire import (BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, MIN_RECORDS_KEY, basis_digest,
+                              pack_arrays)
 from fdp_flower.wire.flwr import ArrayRecord, Context, log
 from fdp_flower.wire.flwr_server import Grid
 
@@ -74,9 +75,6 @@ class FDPADMMStrategy(ProtocolStrategy):
             raise ValueError("partition_sizes: the server needs every client's m_i (simulation: the data "
                              "source's; node-local data: the setup phase's)")
         noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
-        if scenario.privacy.enabled and scenario.privacy.trust == "trusted_aggregator":
-            raise ValueError("privacy.trust 'trusted_aggregator' runs on the in-process and batched engines only "
-                             "so far (the Flower strategy routes 'site' and 'secure_aggregation')")
         p = scenario.privacy
         total_budget = (p.eps, p.delta) if p.enabled and p.mode == "total" else None  # guarded before each round
         server = FDPADMMServer(scenario, basis, partition_sizes, evaluator=evaluate_state, total_budget=total_budget,
@@ -131,6 +129,13 @@ class FDPADMMStrategy(ProtocolStrategy):
         return pack_arrays(global_w=self.state.global_w)
 
     # ------------------------------------------------------------------ secure aggregation (SecAgg+)
+    def request_config(self) -> dict:
+        """trusted_aggregator: the public min_i m_i, which every site checks against its own m_i and records in
+        its ledger's event (the sensitivity of the server's one noise draw, eq. (1.3t))."""
+        if self.server.trust == "trusted_aggregator":
+            return {MIN_RECORDS_KEY: int(self.server.calibration.min_records)}
+        return {}
+
     def configure_train(self, server_round, arrays, config, grid):
         if self.server.trust != "secure_aggregation":
             return super().configure_train(server_round, arrays, config, grid)

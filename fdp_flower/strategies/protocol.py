@@ -175,7 +175,7 @@ class ProtocolStrategy(Strategy):
                     else:  # a node that is one client is named only when its identity cannot be learnt
                         named = self._named or not self._one_client_per_node
                         requests.append(SiteRequest(c if named else None, plan.round, by_client[c].public))
-                extra, sent = {}, {}
+                extra, sent = dict(self.request_config()), {}
                 if self.broadcast is not None:
                     extra[self.broadcast.digest_key] = self.broadcast.digest
                     # sent until the node has replied once: a node may process one round's messages in
@@ -186,6 +186,10 @@ class ProtocolStrategy(Strategy):
                 self._outbox.append((Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN),
                                      node, tuple(group)))
         return [msg for msg, *_ in self._outbox]
+
+    def request_config(self) -> dict:
+        """Public config entries every train message of the run carries beside its requests (none here)."""
+        return {}
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         server_round += self.round_offset

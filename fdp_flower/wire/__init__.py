@@ -8,6 +8,7 @@ from fdp_flower.wire.records import (
     BASIS_PREFIX,
     CLIENTS_KEY,
     ERRORS_RECORD,
+    MIN_RECORDS_KEY,
     RELEASE_KEY,
     REQUEST_PREFIX,
     SETUP_PHASE,
@@ -20,6 +21,7 @@ from fdp_flower.wire.records import (
     unpack_requests,
 )
 
-__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "CLIENTS_KEY", "ERRORS_RECORD", "RELEASE_KEY",
+__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "CLIENTS_KEY", "ERRORS_RECORD", "MIN_RECORDS_KEY",
+           "RELEASE_KEY",
            "REQUEST_PREFIX", "SETUP_PHASE", "basis_digest", "pack_arrays", "pack_releases", "pack_requests",
            "unpack_arrays", "unpack_releases", "unpack_requests"]

@@ -46,6 +46,9 @@ def basis_digest(arrays: dict[str, np.ndarray]) -> str:
 CLIENTS_KEY = "clients"
 #: Prefix of a request's public arrays: ``req.<name>`` holds the ``<name>`` of every request, stacked.
 REQUEST_PREFIX = "req."
+#: Config key of an FDP-ADMM train message under ``privacy.trust: trusted_aggregator``: the run's public min_i m_i,
+#: which fixes the sensitivity 2 G / min_i m_i of the aggregator's one noise draw (a client with fewer rows refuses).
+MIN_RECORDS_KEY = "fdp-min-records"
 #: The reply's array of released values, one row per released client (the ``partition-id`` list names them).
 RELEASE_KEY = "release"
 #: The reply's record of refused clients (``partition-id``, ``code``, ``reason`` lists): nothing of them left.

@@ -185,7 +185,11 @@ class FDPADMMServer(ServerProtocol):
         return self.scenario.algorithm.rounds
 
     def release_event(self, client: int, round_: int, sensitivity: float, sigma: float):
-        """An FDP-ADMM release's event as a site reported it (None for sigma 0: no noise)."""
+        """An FDP-ADMM release's event as a site reported it (None for sigma 0: no noise); under
+        trusted_aggregator the planned event of the server's own noise draw (eq. (1.3t): the site's term is
+        noise-free and carries no metrics)."""
+        if self.trust == "trusted_aggregator":
+            return self.planned_release(round_, client)
         return None if sigma == 0 else term_release(client, round_, sensitivity, sigma)
 
     def resume(self, state: FDPADMMState, ledger_releases, history, failures) -> None:
