@@ -290,6 +290,26 @@ def _read(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def calibration_note(pooled: list[tuple[int, int]], n_outside: int) -> str:
+    """How often an exactly calibrated band would leave [93%, 97%] at these repetitions, and the pooled
+    coverage of the binomial columns (simultaneous, intercept) with its Monte Carlo SE."""
+    from scipy import stats
+
+    if not pooled:
+        return ""
+    n = pooled[0][1]
+    p_out = float(stats.binom.cdf(math.ceil(0.93 * n) - 1, n, LEVEL) + stats.binom.sf(math.floor(0.97 * n), n, LEVEL))
+    covered, trials = sum(c for c, _ in pooled), sum(t for _, t in pooled)
+    se = math.sqrt(LEVEL * (1 - LEVEL) / trials)
+    cells = 3 * len(pooled) // 2
+    return (f"Reading: at {n} repetitions [93%, 97%] is +-{2 / (100 * math.sqrt(LEVEL * (1 - LEVEL) / n)):.1f} "
+            f"Monte Carlo SEs around {LEVEL:.0%}; a band of exactly {LEVEL:.0%} coverage leaves it with probability "
+            f"{p_out:.2f} per binomial column (exact binomial), i.e. about {p_out * cells:.1f} of the {cells} private "
+            f"coverage figures (fewer for the pointwise column, a mean over the grid); {n_outside} are outside.  "
+            f"Pooled over the private cells' simultaneous and intercept columns: {covered} of {trials} covered, "
+            f"{100 * covered / trials:.1f}% ({(covered / trials - LEVEL) / se:+.1f} SEs from {LEVEL:.0%}).")
+
+
 def report(rows: list[dict], out: Path, elapsed: float | None) -> str:
     """The coverage table (Markdown) of the recorded runs."""
     counts: dict = {}
@@ -321,7 +341,8 @@ def report(rows: list[dict], out: Path, elapsed: float | None) -> str:
     def num(rs, key):
         return np.array([float(r[key]) for r in rs if r["refused"] == "" and r[key] != ""])
 
-    outside = []
+    outside: list[str] = []
+    pooled: list[tuple[int, int]] = []  # (covered, repetitions) of the simultaneous and intercept columns
     for (design, tau, eps), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] == "none",
                                                                          kv[0][2])):
         ok = [r for r in rs if r["refused"] == ""]
@@ -338,9 +359,14 @@ def report(rows: list[dict], out: Path, elapsed: float | None) -> str:
             f"{num(rs, 'transient').mean():.2f} | {np.median(num(rs, 'gram_snr')):.3g} |")
         if eps != "none":
             for name, c in zip(("pointwise", "simultaneous", "intercept"), cover):
+                if name != "pointwise":
+                    pooled.append((round(c * len(ok)), len(ok)))
                 if not 0.93 <= c <= 0.97:
-                    outside.append(f"{design}, tau = {tau:g}, eps = {eps}: {name} {100 * c:.1f}%")
+                    z = (c - LEVEL) / math.sqrt(LEVEL * (1 - LEVEL) / len(ok))
+                    outside.append(f"{design}, tau = {tau:g}, eps = {eps}: {name} {100 * c:.1f}% "
+                                   f"({z:+.1f} Monte Carlo SEs from {LEVEL:.0%})")
     lines += ["", "Private cells outside [93%, 97%]: " + ("none." if not outside else "; ".join(outside) + "."), "",
+              calibration_note(pooled, len(outside)), "",
               "The target beta° against beta's projection beta_K on the basis (L2 norm on the grid; the difference is "
               "the clipping and, for tau != 0.5 with omitted components, the quantile regression's pseudo-true "
               "value): " + "; ".join(f"{d}, tau = {t:g}: {g:.3g}" for (d, t), g in sorted(gaps.items())) + "."]
