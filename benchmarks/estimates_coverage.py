@@ -117,12 +117,22 @@ def run_seed(design: str, seed: int, with_today: bool) -> list[dict]:
             w, info = P.private_fit(prob, eps=eps, delta=DELTA, settings=settings, rng=np.random.default_rng([seed, 3]),
                                     bounds=bounds, budget=budget, ls_kwargs=LS)
             add(what, design_test @ w, w)
+        for what, eps in (("package: fit(rule='newton'), eps = 1", EPS), ("package: fit(rule='newton'), privacy off", None)):
+            m = fdp_flower.fit(tr.curves, tr.response, grid=tr.grid, tau=tau, eps=eps, delta=DELTA, n_clients=SITES,
+                               seed=seed, basis=basis, clip=gamma, clip_shape="ellipsoid", penalty="none", lam=0.0,
+                               reference=False, rule="newton", response_bounds=bounds, noise_source="seeded")
+            add(what, m.predict(te.curves), _model_w(m))
         if with_today:
             m = fdp_flower.fit(tr.curves, tr.response, grid=tr.grid, tau=tau, eps=EPS, delta=DELTA, n_clients=SITES,
                                seed=seed, basis=basis, clip=gamma, clip_shape="ellipsoid", penalty="none", lam=0.0,
                                reference=False)
             add("today: fit(), same basis and clip", m.predict(te.curves), m.w)
     return rows
+
+
+def _model_w(model) -> np.ndarray:
+    """(c0 b-coordinate, coefficients) of a fitted model in the benchmark's coordinates (intercept column c0)."""
+    return np.r_[[np.nan], model.coefficients]
 
 
 def report(rows: list[dict]) -> str:

@@ -18,6 +18,7 @@ from typing import Callable
 from fdp_flower.algorithms.faults import draw_failures
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.plan import site_plan
+from fdp_flower.algorithms.fdp_admm.newton_protocol import make_server
 from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.site import SiteData, answer
@@ -78,7 +79,7 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     journal_requests = None if journal is None else partial(append_requests, journal)
     every = scenario.output.checkpoint_every
 
-    server = FDPADMMServer(scenario, basis, sizes, evaluator=evaluator, total_budget=total_budget,
+    server = make_server(scenario, basis, sizes, evaluator=evaluator, total_budget=total_budget,
                            journal=journal_requests)
 
     def after_round(round_: int, row: dict) -> None:  # the caller's progress first, then the checkpoint

@@ -61,6 +61,9 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #:   strongly convex data-independent part (Ding et al. 2019, Gauthier et al. 2023): V/(m eta |V_i|) (the exact
 #:   solve: its minimizer x(D) solves (1/m) sum_d g(d, x) + public(x) = 0, so x(D) - x(D') is bounded by the
 #:   difference of the two means at one point over the strong convexity, and that difference is the one above);
+#: - ``fdp_newton_quartile_shares``, ``fdp_newton_residual_density``, ``fdp_newton_residual_share``: the Newton
+#:   rule's shares of responses below 6 named thresholds (sqrt(6)/m), residual density
+#:   (1/m) #{|r| <= h} / (2h) (1/(2hm)) and share of residuals below 0 (1/m): means of terms in [0, B];
 #: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded;
 #: - ``clipped_rows_count``: a count of records (not a mean), which one replaced, added or removed
 #:   record changes by at most 1: sensitivity 1 under both relations;
@@ -70,6 +73,9 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: A bare ``gaussian`` release has no known query, so it is not converted.
 NEIGHBOURING_FACTORS: dict[str, float] = {
     "gaussian_gradient": 1.0,
+    "fdp_newton_quartile_shares": 1.0,
+    "fdp_newton_residual_density": 1.0,
+    "fdp_newton_residual_share": 1.0,
     "fdp_admm_subgradient": 1.0,
     "fdp_admm_primal": 1.0,
     "p2p_subgradient": 1.0,

@@ -20,6 +20,7 @@ from typing import Callable
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.convergence import CAP, CONVERGED, ended_normally
 from fdp_flower.algorithms.fdp_admm.plan import data_source, noise_scales
+from fdp_flower.algorithms.fdp_admm.newton_protocol import make_server
 from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState
@@ -77,7 +78,7 @@ class FDPADMMStrategy(ProtocolStrategy):
         noise_scales(scenario, basis)  # an ellipsoid clip needs the basis's score variances: fail here
         p = scenario.privacy
         total_budget = (p.eps, p.delta) if p.enabled and p.mode == "total" else None  # guarded before each round
-        server = FDPADMMServer(scenario, basis, partition_sizes, evaluator=evaluate_state, total_budget=total_budget,
+        server = make_server(scenario, basis, partition_sizes, evaluator=evaluate_state, total_budget=total_budget,
                                on_round=None if on_round is None else (lambda _server: on_round(self)))
         arrays = basis.to_arrays()
         super().__init__(server, hosts_many_clients=hosts_many_clients,

@@ -4,6 +4,7 @@ Parsed once per run; frozen; unknown fields are errors.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -100,6 +101,31 @@ class FDPADMMConfig(_Frozen):
         RhoRuleConfig(), description="rho^l of each round (privacy off: residual_balancing unless set)")
     stopping: StoppingConfig = Field(
         StoppingConfig(), description="stopping rule (privacy off: residuals unless set; rounds is the cap)")
+    rule: Literal["admm", "newton"] = Field(
+        "admm", description="the server's rule on the released data terms: admm -- the paper's linearized ADMM "
+                            "(rho, step, step_units, estimator, rho_rule, stopping apply); newton -- Newton steps in "
+                            "the public metric of the basis's score variances with released residual densities, "
+                            "dual averaging, a private location/scale search inside response_bounds and an "
+                            "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set)")
+    response_bounds: tuple[float, float] | None = Field(
+        None, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
+                          "data.response_offset / response_scale) that every site declares; the private "
+                          "location/scale search runs inside them (responses outside count as at the bounds)")
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        b = self.response_bounds
+        if b is not None and not (math.isfinite(b[0]) and math.isfinite(b[1]) and b[1] > b[0]):
+            raise ValueError(f"algorithm.response_bounds must be finite with lo < hi, got {list(b)}")
+        return self
+
+
+#: ``algorithm`` fields the Newton rule fills when a scenario leaves them unset (privacy on or off alike)
+NEWTON_DEFAULTS: dict[str, Any] = {"rounds": 30, "estimator": {"kind": "last"}}
+
+
+def _newton_rule(algorithm: Any) -> bool:
+    return isinstance(algorithm, dict) and algorithm.get("rule") == "newton"
 
 
 Algorithm = tagged_union(FDPADMMConfig, default="fdp_admm")
@@ -187,7 +213,7 @@ class Scenario(_Frozen):
         last iterate, a per-round run's rounds), so the order of the validators does not matter."""
         from fdp_flower.algorithms.fdp_admm.mode_rules import mode_mismatches
 
-        if isinstance(data, dict):
+        if isinstance(data, dict) and not _newton_rule(data.get("algorithm")):  # one schedule in both modes
             for mismatch in mode_mismatches(data):
                 if mismatch.refuse:
                     raise ValueError(mismatch.message)
@@ -207,6 +233,8 @@ class Scenario(_Frozen):
             privacy.get("enabled", True) if isinstance(privacy, dict) else True)
         algorithm = data.get("algorithm", {})
         if enabled is not False or not isinstance(algorithm, dict) or algorithm.get("kind", "fdp_admm") != "fdp_admm":
+            return data
+        if _newton_rule(algorithm):
             return data
         filled = {}
         for key, default in NON_PRIVATE_DEFAULTS.items():
@@ -238,6 +266,8 @@ class Scenario(_Frozen):
         if enabled is not True or mode != "total" or not isinstance(algorithm, dict) \
                 or algorithm.get("kind", "fdp_admm") != "fdp_admm":
             return data
+        if _newton_rule(algorithm):
+            return data
         model = data.get("model", {})
         basis = data.get("basis", {})
         basis_kind = basis.get("kind", "pooled") if isinstance(basis, dict) else getattr(basis, "kind", None)
@@ -252,6 +282,45 @@ class Scenario(_Frozen):
         unset = {k: v for k, v in defaults.items() if k not in algorithm}
         return {**data, "algorithm": {**algorithm, **unset}} if unset else data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _newton_defaults(cls, data: Any) -> Any:
+        """``algorithm.rule: newton``: fill the unset fields of :data:`NEWTON_DEFAULTS` (privacy on or off: the
+        rule's one schedule; never overrides a given value)."""
+        if not isinstance(data, dict) or not _newton_rule(data.get("algorithm")):
+            return data
+        algorithm = data["algorithm"]
+        unset = {k: v for k, v in NEWTON_DEFAULTS.items() if k not in algorithm}
+        return {**data, "algorithm": {**algorithm, **unset}} if unset else data
+
+    @model_validator(mode="after")
+    def _newton_needs(self):
+        """What the Newton rule needs, each refused in one line: a quantile loss, one total budget (its releases
+        split one mu^2), the site trust mode, a basis with score variances (its public metric), the last-iterate
+        estimator and no residual stop (the schedule is fixed)."""
+        a = self.algorithm
+        if getattr(a, "rule", "admm") != "newton":
+            return self
+        p = self.privacy
+        if self.model.loss.kind != "quantile":
+            raise ValueError("algorithm.rule 'newton' fits the quantile loss only (model.loss.kind 'quantile')")
+        if p.enabled and p.mode != "total":
+            raise ValueError("algorithm.rule 'newton' splits one total budget over its releases: set privacy.mode "
+                             "'total' (or rule 'admm' for a per-round guarantee)")
+        if p.enabled and p.trust != "site":
+            raise ValueError(f"algorithm.rule 'newton' runs with privacy.trust 'site' only (got {p.trust!r})")
+        if isinstance(self.basis, FixedBasis):
+            raise ValueError("algorithm.rule 'newton' steps in the metric of the basis's score variances; a fixed "
+                             "basis has none (use basis kind 'pooled', 'federated_dp' or 'provided' with eigenvalues)")
+        from fdp_flower.algorithms.fdp_admm.newton import schedule_kinds
+
+        schedule_kinds(a.rounds, intercept=self.model.intercept, bounds=a.response_bounds is not None,
+                       private=p.enabled)  # enough fit rounds, or one line naming the rounds needed
+        if a.estimator.kind != "last" or a.stopping.kind != "cap" or a.rho_rule.kind != "fixed":
+            raise ValueError("algorithm.rule 'newton' releases its own estimate after a fixed schedule: leave "
+                             "algorithm.estimator, stopping and rho_rule unset")
+        return self
+
     @model_validator(mode="after")
     def _consistent(self):
         if isinstance(self.data, NodeFiles) and isinstance(self.basis, PooledBasis):
@@ -265,7 +334,8 @@ class Scenario(_Frozen):
             if isinstance(self.basis, FixedBasis):
                 raise ValueError("model.clip_shape 'ellipsoid' scales by the score variances of an FPCA basis; "
                                  "a fixed basis has none (use basis kind 'pooled' or 'federated_dp')")
-            if isinstance(getattr(self.algorithm, "step", None), Theorem2Step):
+            if isinstance(getattr(self.algorithm, "step", None), Theorem2Step) \
+                    and getattr(self.algorithm, "rule", "admm") != "newton":  # the Newton rule has no step
                 raise ValueError("model.clip_shape 'ellipsoid' needs a constant, inv_sqrt or inv step "
                                  "(Theorem 2's step assumes the sphere ||a|| <= c1)")
         elif getattr(self.algorithm, "step_units", "absolute") == "whitened":

@@ -234,7 +234,26 @@ def noise_plan(scenario: Scenario, basis: FunctionalBasis) -> NoisePlan:
     return NoisePlan(scenario, model_dim(scenario, basis), lam1)
 
 
-def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None):
+def newton_rule(scenario: Scenario) -> bool:
+    """True for ``algorithm.rule: newton`` (:mod:`fdp_flower.algorithms.fdp_admm.newton`)."""
+    return getattr(scenario.algorithm, "rule", "admm") == "newton"
+
+
+def newton_plan(scenario: Scenario, basis: FunctionalBasis, total_records: float):
+    """The Newton rule's public schedule (:func:`fdp_flower.algorithms.fdp_admm.newton.newton_schedule`): its
+    mu^2 is the ADMM plan's sum_l z_l^-2 for the same ``algorithm.rounds`` and budget (the total budget net of
+    a private basis phase), so the run spends exactly what the ADMM rule would; ``total_records`` n = sum m_i
+    sets the auxiliary releases' shares (public)."""
+    from fdp_flower.algorithms.fdp_admm.newton import newton_schedule
+
+    z = noise_plan(scenario, basis).noise_multipliers
+    mu = None if z is None else float(np.sqrt(np.sum(np.asarray(z, float) ** -2.0)))
+    a = scenario.algorithm
+    return newton_schedule(a.rounds, mu=mu, total_records=float(total_records),
+                           intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None)
+
+
+def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None, total_records: float | None = None):
     """The :class:`~fdp_flower.algorithms.fdp_admm.site.SitePlan` of a run on ``basis``: the loss, G on
     the clipped rows (in the noise metric), the noise shape and every round's noise multiplier z_l;
     with ``privacy.trust`` other than site, also the trust mode, min_i m_i of the public ``sizes`` and
@@ -244,6 +263,11 @@ def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None):
     plan = noise_plan(scenario, basis)
     site = SitePlan(loss=build_objective(scenario).loss, gradient_bound=plan.gradient_bound,
                     scales=noise_scales(scenario, basis), noise_multipliers=plan.noise_multipliers, dim=plan.dim)
+    if newton_rule(scenario):
+        if total_records is None:
+            total_records = float(np.sum(sizes)) if sizes is not None else float(np.sum(partition_sizes(scenario)))
+        schedule = newton_plan(scenario, basis, total_records)
+        site = replace(site, schedule=schedule, noise_multipliers=schedule.multipliers)
     trust = aggregation_trust(scenario)
     if trust == "site":
         return site

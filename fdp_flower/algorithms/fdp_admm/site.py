@@ -194,6 +194,9 @@ class SitePlan:
     secure: SecureSumPlan | None = None
     #: min_i m_i (public): the aggregated modes' sensitivity 2 G / min_i m_i
     min_records: int | None = None
+    #: ``algorithm.rule: newton``: the public schedule of release kinds and multipliers (the term rounds'
+    #: multipliers are also ``noise_multipliers``); None for the ADMM rule
+    schedule: object | None = None
 
     @property
     def private(self) -> bool:
@@ -288,6 +291,10 @@ def answer(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, nois
     released.  ``data`` holds the clients the requests name (``request.client``; None: the site's own,
     only client).
     """
+    if plan.schedule is not None and requests:
+        newton = _answer_newton(requests, data, plan, noise)
+        if newton is not None:
+            return newton
     out: list[SiteRelease | Exception | None] = [None] * len(requests)
     rows: list[tuple[int, int]] = []  # (request, row of data)
     points = []
@@ -350,3 +357,84 @@ def _aggregated_release(client: int, round_: int, whitened: np.ndarray, m: float
     except Exception as exc:
         return exc
     return SiteRelease(int(client), int(round_), np.array(whitened, dtype=float), int(m), event, {})
+
+
+#: The ledger mechanisms of the Newton rule's releases other than the data term (docs/privacy.md)
+NEWTON_MECHANISMS = {"quartiles": "fdp_newton_quartile_shares", "density": "fdp_newton_residual_density",
+                     "share": "fdp_newton_residual_share"}
+#: the public values each release kind of the Newton rule names, and nothing else
+_NEWTON_KEYS = {"range": set(), "quartiles": {"thresholds"}, "density": {"point", "bandwidth"}, "share": {"point"},
+                "term": {"point"}}
+
+
+def newton_release_event(kind: str, client: int, round_: int, m: float, plan: SitePlan, bandwidth: float | None = None
+                         ) -> GaussianRelease | None:
+    """The ledger event of a Newton-rule release of ``kind`` (None: privacy off): sensitivity from
+    :func:`fdp_flower.algorithms.fdp_admm.newton.release_sensitivity`, sigma = z_l x sensitivity with the
+    schedule's z_l of that round."""
+    from fdp_flower.algorithms.fdp_admm.newton import release_sensitivity
+
+    z = plan.schedule.z(round_)
+    if z is None:
+        return None
+    if kind == "term":
+        sensitivity = 2.0 * plan.gradient_bound / float(m)
+        return term_release(client, round_, sensitivity, z * sensitivity)
+    sensitivity = release_sensitivity(kind, float(m), bandwidth=bandwidth)
+    return GaussianRelease(int(client), int(round_), float(sensitivity), float(z * sensitivity),
+                           mechanism=NEWTON_MECHANISMS[kind])
+
+
+def _answer_newton(requests: Sequence[SiteRequest], data: SiteData, plan: SitePlan, noise: NoiseSource):
+    """The Newton rule's releases other than the data term (None for a term round: :func:`answer` releases
+    it as under the ADMM rule).  The round's kind is the site's own schedule's, never the server's word: a
+    request naming other public values is refused; every value is checked (:func:`check_public`)."""
+    from fdp_flower.algorithms.fdp_admm import newton as N
+
+    round_ = requests[0].round
+    try:
+        kind = plan.schedule.kind(round_)
+    except ValueError as exc:
+        return [exc for _ in requests]
+    if kind == N.TERM:
+        return None
+    out: list[SiteRelease | Exception] = []
+    for request in requests:
+        try:
+            client = requested_client(request, requests, data.clients)
+            named = set(request.public)
+            if named != _NEWTON_KEYS[kind]:
+                raise ValueError(f"round {round_} of the schedule is a {kind} release; the request names "
+                                 f"{sorted(named)}, expected {sorted(_NEWTON_KEYS[kind])}")
+            features, response = data.rows_of(data.clients.index(client))
+            m = len(response)
+            bandwidth = None
+            if kind == N.RANGE:
+                if plan.private:
+                    raise ValueError("a range release (min, max of the responses) is refused with privacy on")
+                out.append(SiteRelease(client, round_, np.array([response.min(), response.max()]), m, None,
+                                       {"sensitivity": 0.0, "sigma": 0.0}))
+                continue
+            if kind == N.QUARTILES:
+                thresholds = check_public("thresholds", request.public["thresholds"],
+                                          (len(N.LEVELS) * N.THRESHOLDS_PER_LEVEL,))
+                value = N.quartile_shares(response, thresholds)
+            else:
+                point = check_public("point", request.public["point"], (plan.dim,))
+                if kind == N.DENSITY:
+                    bandwidth = float(check_public("bandwidth", request.public["bandwidth"], (1,))[0])
+                    if not 1e-12 <= bandwidth <= 1e12:
+                        raise ValueError(f"bandwidth {bandwidth:.3g} is outside [1e-12, 1e12]")
+                    value = np.array([N.residual_density(features, response, point, bandwidth)])
+                else:
+                    value = np.array([N.residual_share(features, response, point)])
+            event = newton_release_event(kind, client, round_, m, plan, bandwidth)
+            if event is not None:
+                rng = noise([event])  # charged before anything is drawn; a refusal releases nothing
+                value = value + event.sigma * rng.standard_normal(value.shape)
+            metrics = {"sensitivity": 0.0 if event is None else float(event.sensitivity),
+                       "sigma": 0.0 if event is None else float(event.sigma)}
+            out.append(SiteRelease(client, round_, value, m, event, metrics))
+        except Exception as exc:  # this client releases nothing
+            out.append(exc)
+    return out

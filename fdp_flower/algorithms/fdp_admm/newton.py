@@ -1,0 +1,280 @@
+"""The public-metric Newton rule of FDP-ADMM's data-term protocol (``algorithm.rule: newton``;
+docs/algorithms.md, section 1, "The Newton rule"): pure functions, no Flower.
+
+Every release of a site is a record-mean of bounded per-record terms plus Gaussian noise, at a point or
+threshold the server names; the server does everything else.  One run is a fixed public schedule of
+``algorithm.rounds`` releases per site (:func:`newton_schedule`):
+
+1. **location and scale of the response** (6 rounds; needs ``data.response_bounds``, or privacy off): the
+   shares of the responses below 6 named thresholds, (1/m_i) #{y_ij <= t} (l2 sensitivity sqrt(6) / m_i);
+   a noisy 4-ary search keeps, for the levels 0.25 and 0.75, the sub-interval that disagrees with the
+   fewest pooled shares (:func:`quartile_brackets`).  Location = midhinge, scale = IQR / 1.349.  Without
+   privacy and without bounds the first round releases each site's (min, max) instead (refused with privacy);
+2. **the fit** on (y - location) / scale: the data term (1.3) at the point the server names (the same
+   release as the ADMM rule's, sensitivity 2 G / m_i), and twice the residual density
+   (1/m_i) #{|y_ij - a_ij.x| <= h} / (2 h) (sensitivity 1 / (2 h m_i)).  The server takes Newton steps in
+   the public metric H = f D (+ lam / M for l2), D = diag(c0^2, lambda_1..lambda_K) the public score
+   variances and f the pooled released residual density (N.1); 6 transient rounds x <- prox_H(x - a H^-1 g),
+   then dual averaging of the one-shot Newton estimates v_k = x_k - H^-1 g_k (N.2);
+   the released coefficients are prox_H(mean v_k), shrunk by empirical Bayes with the public noise variance
+   (N.3, privacy on only);
+3. **intercept calibration** (5 rounds, models with an intercept): the share of residuals at the released
+   slopes below the named intercept b, (1/m_i) #{y_ij <= a_ij.w} (sensitivity 1 / m_i); b by averaged
+   one-shot Newton steps b - (share - tau) / f (N.4).
+
+Every multiplier z is a function of public values (eps, delta, the sizes m_i, the schedule): the schedule
+splits one total mu^2 = sum_l z_l^-2 (the same as the ADMM rule's plan for the same budget), so the
+composed releases are one Gaussian mechanism of that mu whatever the split.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: the release kinds of the schedule, in the order a run asks for them
+RANGE, QUARTILES, TERM, DENSITY, SHARE = "range", "quartiles", "term", "density", "share"
+#: quartile-search levels, thresholds per level and round, and the six rounds' shares of the phase's budget
+LEVELS = (0.25, 0.75)
+THRESHOLDS_PER_LEVEL = 3
+QUARTILE_ROUND_SHARES = (0.1, 0.1, 0.15, 0.15, 0.2, 0.3)
+LOCATION_ROUNDS = 6
+#: term rounds after which a residual density is released (1-based), and their bandwidths (the first in
+#: standardized response units, the second divided by the current density)
+DENSITY_AFTER = (4, 9)
+DENSITY_BANDWIDTHS = (0.25, 0.1)
+TRANSIENT_ROUNDS = 6
+TRANSIENT_SHARE = 0.1
+CALIBRATION_ROUNDS = 5
+#: the step (in Newton units) before the first density, and after it
+FIRST_STEP, STEP = 0.5, 1.0
+CURVATURE_CLAMP = 4.0
+
+
+@dataclass(frozen=True)
+class BudgetShares:
+    """Shares of the run's mu^2 spent by the location/scale search, the densities and the intercept
+    calibration (the fit's data terms take the rest)."""
+
+    location_scale: float
+    density: float
+    calibration: float
+
+    @property
+    def fit(self) -> float:
+        return 1.0 - self.location_scale - self.density - self.calibration
+
+
+def budget_shares(total_records: float, mu: float, *, intercept: bool, location_scale: bool) -> BudgetShares:
+    """The auxiliary releases' shares of mu^2 for n = ``total_records`` at budget ``mu``: their noise relative to
+    what they estimate falls like 1 / (n mu sqrt(share)), so the shares that suffice at n = 2500, eps = 1
+    (mu = 0.268 at delta 1e-5: location/scale 8%, densities 2%, calibration 10%) shrink like
+    (2500 x 0.268 / (n mu))^2 down to floors of 1%, 0.5% and 2%.  A function of public values only."""
+    factor = min(1.0, (2500.0 * 0.268 / (float(total_records) * float(mu))) ** 2)
+    return BudgetShares(location_scale=max(0.01, 0.08 * factor) if location_scale else 0.0,
+                        density=max(0.005, 0.02 * factor),
+                        calibration=max(0.02, 0.1 * factor) if intercept else 0.0)
+
+
+@dataclass(frozen=True)
+class NewtonSchedule:
+    """The public schedule of one run: ``kinds[l - 1]`` the release of round l, ``multipliers[l - 1]`` its
+    noise multiplier z_l (None: privacy off)."""
+
+    kinds: tuple[str, ...]
+    multipliers: np.ndarray | None
+
+    @property
+    def rounds(self) -> int:
+        return len(self.kinds)
+
+    def kind(self, round_: int) -> str:
+        if not 1 <= round_ <= len(self.kinds):
+            raise ValueError(f"round {round_} is outside the schedule's 1..{len(self.kinds)}")
+        return self.kinds[round_ - 1]
+
+    def z(self, round_: int) -> float | None:
+        return None if self.multipliers is None else float(self.multipliers[round_ - 1])
+
+    @property
+    def term_rounds(self) -> int:
+        return self.kinds.count(TERM)
+
+
+def schedule_kinds(rounds: int, *, intercept: bool, bounds: bool, private: bool) -> tuple[str, ...]:
+    """The release kinds of a run of ``rounds`` rounds (module docstring): the location/scale phase (6
+    quartile rounds with declared bounds; without privacy and bounds a (min, max) round then 5 quartile
+    rounds; none with privacy and no bounds), the fit's term rounds with a density after term rounds 4 and
+    9, and 5 calibration rounds with an intercept.  ``rounds`` must leave the fit at least 12 term rounds."""
+    location = [QUARTILES] * LOCATION_ROUNDS if bounds else ([RANGE] + [QUARTILES] * (LOCATION_ROUNDS - 1)
+                                                             if not private else [])
+    calibration = [SHARE] * CALIBRATION_ROUNDS if intercept else []
+    terms = rounds - len(location) - len(calibration) - len(DENSITY_AFTER)
+    if terms < 12:
+        need = rounds - terms + 12
+        raise ValueError(f"algorithm.rounds = {rounds} leaves {terms} fit rounds to the Newton rule; it needs at "
+                         f"least 12 (set algorithm.rounds >= {need})")
+    fit: list[str] = []
+    for k in range(1, terms + 1):
+        fit.append(TERM)
+        if k in DENSITY_AFTER:
+            fit.append(DENSITY)
+    return tuple(location + fit + calibration)
+
+
+def newton_schedule(rounds: int, *, mu: float | None, total_records: float, intercept: bool, bounds: bool
+                    ) -> NewtonSchedule:
+    """Kinds (:func:`schedule_kinds`) and multipliers: the shares of :func:`budget_shares` split mu^2 --
+    the quartile rounds by :data:`QUARTILE_ROUND_SHARES`, the densities and the calibration rounds equally,
+    the term rounds 10% over the 6 transient rounds and the rest equally -- so sum_l z_l^-2 = mu^2."""
+    kinds = schedule_kinds(rounds, intercept=intercept, bounds=bounds, private=mu is not None)
+    if mu is None:
+        return NewtonSchedule(kinds, None)
+    shares = budget_shares(total_records, mu, intercept=intercept, location_scale=QUARTILES in kinds)
+    quartile_shares = np.asarray(QUARTILE_ROUND_SHARES[:kinds.count(QUARTILES)], float)
+    quartile_shares = quartile_shares / quartile_shares.sum()
+    terms = kinds.count(TERM)
+    averaging = terms - TRANSIENT_ROUNDS
+    term_shares = np.r_[np.full(TRANSIENT_ROUNDS, TRANSIENT_SHARE / TRANSIENT_ROUNDS),
+                        np.full(averaging, (1 - TRANSIENT_SHARE) / averaging)]
+    out, q, t = [], 0, 0
+    for kind in kinds:
+        if kind == QUARTILES:
+            share, q = shares.location_scale * quartile_shares[q], q + 1
+        elif kind == TERM:
+            share, t = shares.fit * term_shares[t], t + 1
+        elif kind == DENSITY:
+            share = shares.density / len(DENSITY_AFTER)
+        else:
+            share = shares.calibration / CALIBRATION_ROUNDS
+        out.append(1.0 / (mu * math.sqrt(share)))
+    return NewtonSchedule(kinds, np.asarray(out))
+
+
+#: l2 sensitivity of each kind's release in units of 1 / m_i (density: also / (2 h); term: times 2 G)
+def release_sensitivity(kind: str, m: float, *, gradient_bound: float = 1.0, bandwidth: float | None = None) -> float:
+    """The replace-one l2 sensitivity of one release of ``kind`` by a site of m records: quartile shares
+    sqrt(6) / m, the data term 2 G / m (in the noise metric), the density 1 / (2 h m), a share 1 / m."""
+    if kind == QUARTILES:
+        return math.sqrt(len(LEVELS) * THRESHOLDS_PER_LEVEL) / m
+    if kind == TERM:
+        return 2.0 * gradient_bound / m
+    if kind == DENSITY:
+        return 1.0 / (2.0 * float(bandwidth) * m)
+    if kind == SHARE:
+        return 1.0 / m
+    raise ValueError(f"release kind {kind!r} has no noise (privacy off only)")
+
+
+# ---------------------------------------------------------------- the site's noise-free values
+def quartile_shares(response: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """(1/m) #{y_j <= t} for every named threshold t."""
+    return (response[None, :] <= thresholds[:, None]).mean(axis=1)
+
+
+def residual_density(features: np.ndarray, response: np.ndarray, point: np.ndarray, bandwidth: float) -> float:
+    """(1/m) #{|y_j - a_j.x| <= h} / (2 h), the residual density at the fitted quantile (N.1)."""
+    return float(np.mean(np.abs(response - features @ point) <= bandwidth) / (2.0 * bandwidth))
+
+
+def residual_share(features: np.ndarray, response: np.ndarray, point: np.ndarray) -> float:
+    """(1/m) #{y_j <= a_j.w}, the share of responses at or below the fitted quantile (N.4)."""
+    return float(np.mean(response <= features @ point))
+
+
+# ---------------------------------------------------------------- the server's post-processing
+def quartile_thresholds(brackets: np.ndarray) -> np.ndarray:
+    """The 6 thresholds of a quartile round: 3 equispaced inside each level's bracket ((2, 2) -> (6,))."""
+    return np.concatenate([np.linspace(a, b, THRESHOLDS_PER_LEVEL + 2)[1:-1] for a, b in brackets])
+
+
+def quartile_brackets(brackets: np.ndarray, pooled_shares: np.ndarray) -> np.ndarray:
+    """The next brackets of the levels 0.25 and 0.75 from the pooled noisy shares at their thresholds: per
+    level, the sub-interval (cut j) that disagrees with the fewest shares -- shares left of the cut should
+    be < p, those right of it >= p -- robust to one noisy share (a wrong cut lies next to the quantile)."""
+    thresholds = quartile_thresholds(brackets).reshape(len(LEVELS), THRESHOLDS_PER_LEVEL)
+    shares = np.asarray(pooled_shares, float).reshape(len(LEVELS), THRESHOLDS_PER_LEVEL)
+    out = []
+    for (a, b), points, s, p in zip(brackets, thresholds, shares, LEVELS):
+        edges = np.r_[a, points, b]
+        above = (s >= p).astype(int)
+        wrong = [int(above[:j].sum() + (1 - above[j:]).sum()) for j in range(THRESHOLDS_PER_LEVEL + 1)]
+        j = int(np.argmin(wrong))
+        out.append([edges[j], edges[j + 1]])
+    return np.asarray(out)
+
+
+def location_and_scale(brackets: np.ndarray) -> tuple[float, float]:
+    """Location = the midhinge, scale = IQR / 1.349 of the final brackets (floored at their widest width)."""
+    from scipy import stats
+
+    mids = brackets.mean(axis=1)
+    width = float(np.max(brackets[:, 1] - brackets[:, 0]))
+    scale = max(float(mids[1] - mids[0]) / (2.0 * float(stats.norm.ppf(LEVELS[1]))), width)
+    return float(mids.mean()), float(scale)
+
+
+def normal_density_at_quantile(tau: float) -> float:
+    """phi(Phi^-1(tau)): the residual density at the tau-quantile of a normal law of unit scale (the
+    starting curvature in standardized units, and the curvature's floor)."""
+    from scipy import stats
+
+    return float(stats.norm.pdf(stats.norm.ppf(tau)))
+
+
+@dataclass(frozen=True)
+class PublicMetric:
+    """H = a^-1 (f D + ridge) with D the public second moments (diagonal): ``newton(g)`` = a H^-1 g... in the
+    scaled form x - a (f D + ridge)^-1 g; ``prox(v)`` the exact proximal step of (lam/M) ||x_pen||_1 in that
+    metric (a soft threshold per coordinate; v for l2 and no penalty, whose curvature is in the ridge)."""
+
+    diagonal: np.ndarray  # f D + ridge
+    step: float
+    l1: float  # lam / M of the l1 penalty (0: none)
+    free: int  # leading unpenalized coordinates
+
+    @classmethod
+    def of(cls, moments: np.ndarray, curvature: float, step: float, *, penalty: str, lam_site: float, free: int):
+        ridge = np.where(np.arange(len(moments)) >= free, lam_site if penalty == "l2" else 0.0, 0.0)
+        return cls(curvature * np.asarray(moments, float) + ridge, float(step),
+                   lam_site if penalty == "l1" else 0.0, int(free))
+
+    def newton(self, gradient: np.ndarray) -> np.ndarray:
+        return self.step * gradient / self.diagonal
+
+    def prox(self, v: np.ndarray) -> np.ndarray:
+        if self.l1 == 0:
+            return v
+        out = np.array(v, dtype=float)
+        t = self.step * self.l1 / self.diagonal[self.free:]
+        out[self.free:] = np.sign(v[self.free:]) * np.maximum(np.abs(v[self.free:]) - t, 0.0)
+        return out
+
+
+def averaged_noise_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
+                            diagonal: np.ndarray) -> np.ndarray:
+    """(d,) variance of H^-1 times the mean, over the averaged rounds, of the site-averaged release noise:
+    the noise left in the dual average (public: z_l, m_i, G, S and the server's H)."""
+    sizes = np.asarray(sizes, float)
+    z = np.asarray(multipliers, float)
+    per_site = (2.0 * gradient_bound / sizes) ** 2
+    per_round = np.outer(z**2, np.asarray(noise_shape, float) ** 2) * per_site.sum() / len(sizes) ** 2
+    return per_round.sum(axis=0) / len(z) ** 2 / np.asarray(diagonal, float) ** 2
+
+
+def eb_shrinkage(x: np.ndarray, noise_var: np.ndarray, moments: np.ndarray) -> np.ndarray:
+    """Factors s_k / (s_k + V_k) of the empirical-Bayes generalized ridge (N.3): the exact coefficients as
+    theta_k ~ N(0, c m_k^alpha) (m_k the public second moments), the released x_k = theta_k + N(0, V_k),
+    (c, alpha) maximizing the marginal likelihood of the x_k on a grid.  Post-processing."""
+    x2 = np.asarray(x, float) ** 2
+    noise_var = np.asarray(noise_var, float)
+    m = np.asarray(moments, float) / float(np.max(moments))
+    alphas = np.linspace(0.0, 4.0, 81)
+    logc = np.linspace(-14.0, 6.0, 201)
+    base = m[None, None, :] ** alphas[:, None, None] * np.exp(logc)[None, :, None]  # (A, C, K)
+    total = base + noise_var
+    ll = -0.5 * np.sum(np.log(total) + x2 / total, axis=-1)
+    a, c = np.unravel_index(int(np.argmax(ll)), ll.shape)
+    best = base[a, c]
+    return best / (best + noise_var)

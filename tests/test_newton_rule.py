@@ -1,0 +1,169 @@
+"""FDP-ADMM's Newton rule (``algorithm.rule: newton``; fdp_flower/algorithms/fdp_admm/newton.py): the schedule
+spends the ADMM plan's budget exactly, the site answers only its own schedule's kind and checks what it is sent,
+privacy off reaches the exact estimator, and the fitted quantiles follow the response's location and scale."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from fdp_flower.algorithms.fdp_admm import newton as N
+from fdp_flower.algorithms.fdp_admm.config import parse_scenario
+from fdp_flower.algorithms.fdp_admm.plan import newton_plan, noise_plan, site_plan
+from fdp_flower.algorithms.fdp_admm.site import SiteData, answer
+from fdp_flower.algorithms.protocol import SiteRequest
+from fdp_flower.config.base import ScenarioError
+from fdp_flower.engines.inprocess import run_fdp_admm
+from fdp_flower.privacy.mechanisms import run_noise
+
+
+def scenario(*, private=True, tau=0.5, penalty="l1", bounds=(-50.0, 50.0), n=2000, clients=5, rounds=None, **privacy):
+    algorithm = {"kind": "fdp_admm", "rule": "newton"}
+    if bounds is not None:
+        algorithm["response_bounds"] = list(bounds)
+    if rounds is not None:
+        algorithm["rounds"] = rounds
+    return parse_scenario({
+        "name": "newton", "seed": 3, "data": {"kind": "paper_simulation", "n_samples": n, "grid_points": 50},
+        "federation": {"num_clients": clients}, "basis": {"kind": "pooled", "n_components": 5},
+        "model": {"loss": {"kind": "quantile", "tau": tau}, "penalty": {"kind": penalty, "lam": 0.05},
+                  "intercept": True},
+        "algorithm": algorithm,
+        "privacy": {"enabled": private, "mode": "total", "eps": 1.0, "delta": 1e-5, **privacy}})
+
+
+def test_the_schedule_splits_the_admm_plans_mu_squared_exactly():
+    sc = scenario()
+    plan, _ = _site(sc)
+    basis = plan.basis
+    z_admm = noise_plan(sc, basis).noise_multipliers
+    schedule = newton_plan(sc, basis, 2000)
+    assert schedule.rounds == 30 == sc.algorithm.rounds
+    assert schedule.kinds[:6] == (N.QUARTILES,) * 6 and schedule.kinds[-5:] == (N.SHARE,) * 5
+    assert schedule.kinds.count(N.DENSITY) == 2 and schedule.term_rounds == 17
+    assert np.sum(schedule.multipliers ** -2.0) == pytest.approx(np.sum(z_admm ** -2.0), rel=1e-12)
+
+
+def test_a_private_newton_run_spends_what_the_admm_rule_would():
+    admm = parse_scenario({**scenario().model_dump(mode="json"),
+                           "algorithm": {"kind": "fdp_admm", "rounds": 30, "step": {"kind": "constant", "eta0": 1.0}}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        newton = run_fdp_admm(scenario(), with_reference=False)
+        ref = run_fdp_admm(admm, with_reference=False)
+    assert len(newton.ledger.releases) == 5 * 30
+    # every release is a Gaussian of multiplier z_l: the composition is the one Gaussian of the same mu
+    assert newton.history[-1]["eps_pld"] == pytest.approx(ref.history[-1]["eps_pld"], rel=1e-3)
+    assert 0.97 <= newton.history[-1]["eps_pld"] <= 1.0
+    kinds = {r.mechanism for r in newton.ledger.releases}
+    assert kinds == {"fdp_admm_subgradient", "fdp_newton_quartile_shares", "fdp_newton_residual_density",
+                     "fdp_newton_residual_share"}
+
+
+class _Plan:
+    def __init__(self, plan, basis):
+        self.plan, self.basis = plan, basis
+
+    def __getattr__(self, name):
+        return getattr(self.plan, name)
+
+
+def _site(sc):
+    from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+
+    sizes, basis, features, responses, clipped, _ = simulation_setup(sc, with_reference=False)
+    data = SiteData.stack(range(len(sizes)), features, responses, clipped)
+    return _Plan(site_plan(sc, basis, sizes), basis), data
+
+
+def test_the_site_answers_only_its_own_schedules_kind_and_checks_the_values():
+    sc = scenario()
+    plan, data = _site(sc)
+    plan = plan.plan
+    noise = run_noise(sc.seed, "seeded")
+    k = plan.dim
+    # round 1 is a quartile round: a point instead of thresholds is refused, so is an infinite threshold
+    (wrong,) = answer([SiteRequest(0, 1, {"point": np.zeros(k)})], data, plan, noise)
+    assert isinstance(wrong, ValueError) and "quartiles release" in str(wrong)
+    (bad,) = answer([SiteRequest(0, 1, {"thresholds": np.r_[np.inf, np.zeros(5)]})], data, plan, noise)
+    assert isinstance(bad, ValueError) and "NaN or infinite" in str(bad)
+    (ok,) = answer([SiteRequest(0, 1, {"thresholds": np.linspace(-1, 1, 6)})], data, plan, noise)
+    m = int(data.counts[0])
+    assert ok.value.shape == (6,) and ok.event.mechanism == "fdp_newton_quartile_shares"
+    assert ok.event.sensitivity == pytest.approx(math.sqrt(6) / m)
+    assert ok.event.sigma == pytest.approx(plan.schedule.z(1) * math.sqrt(6) / m)
+    # a density round needs a positive bandwidth; a zero one is refused before anything is drawn
+    density_round = plan.schedule.kinds.index(N.DENSITY) + 1
+    (zero,) = answer([SiteRequest(0, density_round, {"point": np.zeros(k), "bandwidth": np.array([0.0])})],
+                     data, plan, noise)
+    assert isinstance(zero, ValueError) and "bandwidth" in str(zero)
+    # privacy on: a (min, max) release is not in the schedule; a forged range request is refused as a wrong kind
+    (forged,) = answer([SiteRequest(0, 1, {})], data, plan, noise)
+    assert isinstance(forged, ValueError)
+
+
+def test_the_noise_free_releases_are_the_counts_they_claim():
+    sc = scenario(private=False)
+    plan, data = _site(sc)
+    plan = plan.plan
+    a, y = data.rows_of(1)
+    assert plan.schedule.kinds[0] == N.QUARTILES  # bounds declared: no range round
+    t = np.quantile(y, [0.1, 0.2, 0.3, 0.6, 0.7, 0.8])
+    (r,) = answer([SiteRequest(1, 1, {"thresholds": t})], data, plan, run_noise(0, "seeded"))
+    np.testing.assert_array_equal(r.value, [(y <= v).mean() for v in t])
+    assert r.event is None
+
+
+def _exact(sc, result):
+    from fdp_flower.algorithms.fdp_admm.reference import solve_reference
+    from fdp_flower.algorithms.fdp_admm.plan import build_objective
+    from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+
+    _, _, features, responses, _, _ = simulation_setup(sc, with_reference=False)
+    ob = build_objective(sc)
+    return solve_reference(features, responses, ob.loss, ob.penalty, ob.lam).w
+
+
+@pytest.mark.parametrize("tau,penalty", [(0.5, "l1"), (0.9, "l2")])
+def test_privacy_off_reaches_the_exact_estimator(tau, penalty):
+    """30 noise-free rounds end within 1% (in norm) of the exact LP / QP minimizer on the same clipped rows (issue
+    29's criterion, at the size of the paper design's sites: 10 of 2000)."""
+    sc = scenario(private=False, tau=tau, penalty=penalty, bounds=None, n=20000, clients=10)
+    result = run_fdp_admm(sc, with_reference=False)
+    assert result.scenario.algorithm.rounds == 30
+    w, exact = result.state.global_w, _exact(sc, result)
+    assert np.linalg.norm(w - exact) <= 0.01 * np.linalg.norm(exact)
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_the_fitted_quantiles_follow_location_and_scale(private):
+    """Responses c + s y with bounds c + s (lo, hi) give fitted quantiles c + s q (same noise draws): the search,
+    the standardization, the check loss and the l1 penalty are equivariant (up to rounding)."""
+    import fdp_flower
+    from fdp_flower.functional import design
+
+    rng = np.random.default_rng(5)
+    grid = np.linspace(0, 1, 30)
+    curves = rng.standard_normal((600, 30)).cumsum(axis=1) / 5
+    y = curves @ np.sin(2 * np.pi * grid) / 30 + rng.standard_t(3, 600)
+    fits = {}
+    for c, s in ((0.0, 1.0), (1e4, 1e-3), (10.0, 1e3)):
+        model = fdp_flower.fit(curves, c + s * y, grid=grid, tau=0.25, eps=1.0 if private else None, n_clients=3,
+                               basis="fpca", n_components=4, rule="newton", reference=False,
+                               response_bounds=(c - 40 * s, c + 40 * s) if private else None)
+        fits[(c, s)] = (model.predict(curves) - c) / s
+    base = fits[(0.0, 1.0)]
+    for key, q in fits.items():
+        np.testing.assert_allclose(q, base, atol=1e-6 * (1 + np.max(np.abs(base))), err_msg=str(key))
+    assert design is not None
+
+
+def test_newton_refuses_what_it_cannot_run_in_one_line():
+    with pytest.raises(ScenarioError, match="privacy.mode 'total'"):
+        scenario(mode="per_round")
+    with pytest.raises(ScenarioError, match="fit rounds"):
+        scenario(rounds=20)
+    with pytest.raises(ScenarioError, match="response_bounds"):
+        scenario(bounds=(1.0, 1.0))
