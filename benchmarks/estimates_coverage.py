@@ -75,7 +75,7 @@ def true_beta(design: str, grid: np.ndarray) -> np.ndarray:
     return 100.0 * (np.exp(-grid) - 0.4)
 
 
-def run_seed(design: str, seed: int, with_today: bool) -> list[dict]:
+def run_seed(design: str, seed: int, with_today: bool, package_only: bool = False) -> list[dict]:
     import fdp_flower
 
     tr, te = D.draw(design, seed, N_TRAIN), D.draw(design, seed, N_TEST, part=1)
@@ -111,7 +111,7 @@ def run_seed(design: str, seed: int, with_today: bool) -> list[dict]:
             rows.append(row)
 
         add("exact", design_test @ w_exact, w_exact)
-        for what, eps, (settings, budget) in (("proposed, eps = 1", EPS, WITH_CALIBRATION),
+        for what, eps, (settings, budget) in () if package_only else (("proposed, eps = 1", EPS, WITH_CALIBRATION),
                                               ("proposed, eps = 1, no calibration", EPS, WITHOUT_CALIBRATION),
                                               ("proposed, privacy off", None, WITH_CALIBRATION)):
             w, info = P.private_fit(prob, eps=eps, delta=DELTA, settings=settings, rng=np.random.default_rng([seed, 3]),
@@ -180,17 +180,19 @@ def main() -> None:
     ap.add_argument("--no-today", action="store_true", help="skip the fdp_flower.fit column")
     ap.add_argument("--out", default="benchmarks/results/estimates")
     ap.add_argument("--quick", action="store_true", help="2 seeds")
+    ap.add_argument("--package-only", action="store_true",
+                    help="only the exact fit and the package's fit(rule='newton') (not the prototype's rows)")
     args = ap.parse_args()
     reps = 2 if args.quick else args.reps
     rows = []
     for seed in range(args.first_seed, args.first_seed + reps):
         for design in args.designs:
             t0 = time.perf_counter()
-            rows += run_seed(design, seed, not args.no_today)
+            rows += run_seed(design, seed, not args.no_today, args.package_only)
             print(f"{design} seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = "coverage_quick" if args.quick else "coverage"
+    name = ("coverage_quick" if args.quick else "coverage") + ("_package" if args.package_only else "")
     text = report(rows)
     (out / f"{name}.md").write_text(text)
     (out / f"{name}_runs.json").write_text(json.dumps(rows, indent=1, default=float))

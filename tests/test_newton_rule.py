@@ -167,3 +167,30 @@ def test_newton_refuses_what_it_cannot_run_in_one_line():
         scenario(rounds=20)
     with pytest.raises(ScenarioError, match="response_bounds"):
         scenario(bounds=(1.0, 1.0))
+    from fdp_flower.engines.batched import _check_supported
+
+    with pytest.raises(ValueError, match="inprocess engine for 'newton'"):
+        _check_supported(scenario())
+
+
+@pytest.mark.slow
+def test_flower_simulation_runs_the_newton_rule_as_the_in_process_engine(tmp_path):
+    """``fdp-flower run --engine flower`` (a SuperLink with Flower's simulation runtime, the real ClientApp) and the
+    in-process engine: the same 30 releases per site, the same released model (to rounding: the server averages
+    the replies in arrival order)."""
+    import yaml
+
+    from fdp_flower.engines.flower import run_on_simulation
+
+    sc = scenario(n=2000, clients=4)
+    path = tmp_path / "newton.yaml"
+    path.write_text(yaml.safe_dump(sc.model_dump(mode="json")))
+    run_id, status, results, _ = run_on_simulation(path, [], tmp_path / "res", echo=lambda line: None)
+    assert status.startswith("finished:completed"), status
+    flower_w = np.load(results / "final.npz")["state_global_w"]
+    local = run_fdp_admm(sc, with_reference=False)
+    np.testing.assert_allclose(flower_w, local.state.global_w, rtol=0, atol=1e-12)
+    import csv
+
+    with open(results / "ledger.csv") as f:
+        assert sum(1 for _ in csv.DictReader(f)) == 4 * 30

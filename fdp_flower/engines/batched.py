@@ -136,6 +136,8 @@ def _plan_key(scenario: Scenario) -> str:
 def _check_supported(scenario: Scenario) -> None:
     if scenario.algorithm.kind != "fdp_admm":
         raise ValueError(f"the batched engine runs fdp_admm only, not {scenario.algorithm.kind!r}")
+    if getattr(scenario.algorithm, "rule", "admm") != "admm":
+        raise ValueError("the batched engine runs algorithm.rule 'admm' only: use the inprocess engine for 'newton'")
     faults = getattr(scenario, "faults", None)
     if faults is not None and faults.failure_rate > 0:
         raise ValueError("the batched engine does not inject failures (faults.failure_rate > 0): "

@@ -170,7 +170,7 @@ class NewtonServer(FDPADMMServer):
         w = self.current_model
         self.state = self.state.successor(w, np.zeros((self.num_clients, self.dim)),
                                           np.broadcast_to(w, (self.num_clients, self.dim)).copy())
-        row = {"round": round_, "release": kind, "curvature": self.curvature / self.scale,
+        row = {"round": round_, "curvature": self.curvature / self.scale,
                "location": self.location, "scale": self.scale}
         if self.evaluator is not None:
             row.update(self.evaluator(self.state))
