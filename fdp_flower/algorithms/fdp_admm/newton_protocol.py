@@ -16,8 +16,7 @@ from fdp_flower.algorithms.fdp_admm import newton as N
 from fdp_flower.algorithms.fdp_admm.plan import build_objective, noise_scales, privacy_columns
 from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer, _close
 from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS, newton_release_event
-from fdp_flower.algorithms.protocol import ReleaseRejected, RoundPlan, RunStopped, SiteRelease, SiteRequest
-from fdp_flower.privacy import BudgetExhausted
+from fdp_flower.algorithms.protocol import ReleaseRejected, RoundPlan, SiteRelease, SiteRequest
 from fdp_flower.privacy.ledger import GaussianRelease
 
 #: the shape of each release kind's value (K: the model's dimension)
@@ -125,14 +124,7 @@ class NewtonServer(FDPADMMServer):
         kind = self.schedule.kind(round_)
         public = self._public(kind)
         asked = range(self.num_clients) if clients is None else sorted(int(c) for c in clients)
-        planned = tuple(r for r in (self.planned_release(round_, i) for i in asked) if r is not None)
-        if self.guard is not None and planned:
-            try:
-                self.guard.check(planned)
-            except BudgetExhausted as exc:
-                raise RunStopped(exc.reason) from None
-        if self.journal is not None and planned:
-            self.journal(list(planned))
+        planned = self._guarded_releases(round_, asked)
         requests = tuple(SiteRequest(i, round_, dict(public)) for i in asked)
         return RoundPlan(round_, requests, planned)
 

@@ -215,16 +215,22 @@ class FDPADMMServer(ServerProtocol):
         if round_ > self.scenario.algorithm.rounds:
             return None
         asked = range(self.num_clients) if clients is None else sorted(int(c) for c in clients)
+        planned = self._guarded_releases(round_, asked)
+        requests = tuple(SiteRequest(i, round_, {"point": self.state.noisy_primals[i]}) for i in asked)
+        return RoundPlan(round_, requests, planned)
+
+    def _guarded_releases(self, round_: int, asked) -> tuple:
+        """The planned ledger events of ``round_``'s releases by ``asked``, checked by the budget guard before any
+        noise is drawn or released, and journaled (fsynced) before any release is asked for."""
         planned = tuple(r for r in (self.planned_release(round_, i) for i in asked) if r is not None)
         if self.guard is not None and planned:
             try:
-                self.guard.check(planned)  # before any noise is drawn or released
+                self.guard.check(planned)
             except BudgetExhausted as exc:
                 raise RunStopped(exc.reason) from None
         if self.journal is not None and planned:
-            self.journal(list(planned))  # fsynced before any release is asked for
-        requests = tuple(SiteRequest(i, round_, {"point": self.state.noisy_primals[i]}) for i in asked)
-        return RoundPlan(round_, requests, planned)
+            self.journal(list(planned))
+        return planned
 
     def _check(self, release: SiteRelease) -> None:
         if self.trust != "site":
