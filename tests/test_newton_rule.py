@@ -194,3 +194,38 @@ def test_flower_simulation_runs_the_newton_rule_as_the_in_process_engine(tmp_pat
 
     with open(results / "ledger.csv") as f:
         assert sum(1 for _ in csv.DictReader(f)) == 4 * 30
+
+
+def test_the_noise_actually_drawn_matches_each_new_releases_calibration():
+    """Measured, not assumed: for each new kind, release minus its noise-free value over the charged sigma is
+    standard normal (N draws: the sample variance's sd is sqrt(2 / N); bounds at 5 sds, the mean at 5 / sqrt(N)).
+    A release with half the noise (variance 0.25) or twice the sensitivity would fail both."""
+    sc = scenario()
+    plan, data = _site(sc)
+    plan = plan.plan
+    k = plan.dim
+    density_round = plan.schedule.kinds.index(N.DENSITY) + 1
+    share_round = plan.schedule.kinds.index(N.SHARE) + 1
+    cases = {1: {"thresholds": np.linspace(-1, 1, 6)},
+             density_round: {"point": np.full(k, 0.1), "bandwidth": np.array([0.3])},
+             share_round: {"point": np.full(k, 0.1)}}
+    clean = {r: answer([SiteRequest(0, r, p)], data, plan, lambda events: _NoNoise())[0].value
+             for r, p in cases.items()}
+    for round_, public in cases.items():
+        z = []
+        for seed in range(400):
+            (release,) = answer([SiteRequest(0, round_, public)], data, plan, run_noise(seed, "seeded"))
+            z.append((release.value - clean[round_]) / release.event.sigma)
+        z = np.concatenate(z)
+        assert abs(z.var() - 1.0) <= 5 * np.sqrt(2.0 / z.size), (round_, z.var())
+        assert abs(z.mean()) <= 5 / np.sqrt(z.size), (round_, z.mean())
+
+
+class _NoNoise:
+    """A generator whose draws are zeros: the noise-free value of a release (test only)."""
+
+    def __call__(self, events):
+        return self
+
+    def standard_normal(self, shape):
+        return np.zeros(shape)
