@@ -108,7 +108,7 @@ class FDPADMMConfig(_Frozen):
                             "dual averaging, a private location/scale search inside response_bounds and an "
                             "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set)")
     response_bounds: tuple[float, float] | None = Field(
-        None, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
+        None, min_length=2, max_length=2, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
                           "data.response_offset / response_scale) that every site declares; the private "
                           "location/scale search runs inside them (responses outside count as at the bounds)")
 
