@@ -56,6 +56,7 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # today's total-budget defaults (120 rounds, step 48 whitened, rho 0.1, tail average of the last half)
     # re-run through the data-term form of the ADMM (estimates_protocol.run_admm), for the tuning seeds
     "today_admm": ({}, {"admm": True}),
+    "package": ({}, {}),  # package_row
 }
 
 
@@ -85,6 +86,9 @@ def run_cell(design: str, tau: float, penalty: str, m: int, seed: int, variants:
     zero = np.zeros_like(data.beta)
     rows = []
     for name in variants:
+        if name == "package":
+            rows.append(package_row(design, tau, penalty, m, seed, cache, w_exact, exact_mise, floor, sc, data))
+            continue
         overrides, kw = VARIANTS[name]
         settings = P.PPGSettings(**overrides)
         row = {"design": design, "tau": tau, "penalty": penalty, "M": m, "seed": seed, "variant": name,
@@ -108,6 +112,35 @@ def run_cell(design: str, tau: float, penalty: str, m: int, seed: int, variants:
             row[col] = PC._mise_of(sc, data, est - w_exact, zero)
         rows.append(row)
     return rows
+
+
+#: the package's server rule: ``algorithm.rule: newton`` with the table's public response bounds, every other
+#: field at its default (the private run gets the total-budget ellipsoid clip of the cell, so its features,
+#: exact estimator and floor are the cell's; the privacy-off run has its own clip and is measured against the
+#: exact estimator on its own features)
+PACKAGE_ALGORITHM = {"rule": "newton", "response_bounds": list(TABLE_BOUNDS)}
+
+
+def package_row(design, tau, penalty, m, seed, cache, w_exact, exact_mise, floor, sc, data) -> dict:
+    """One cell and seed of the package's in-process run (``fdp_flower.engines.inprocess.run_fdp_admm``),
+    private at EPS and with privacy off."""
+    from fdp_flower.engines.inprocess import run_fdp_admm
+
+    private = PC.scenario(design, m, penalty, tau, seed, algorithm=PACKAGE_ALGORITHM)
+    assert PC.data_key(private) == PC.data_key(sc), "the package's private run must see the cell's features"
+    res = run_fdp_admm(private, with_reference=False)
+    zero = np.zeros_like(data.beta)
+    row = {"design": design, "tau": tau, "penalty": penalty, "M": m, "seed": seed, "variant": "package",
+           "rounds": private.algorithm.rounds, "exact_mise": exact_mise, "floor_dist": floor,
+           "eps_spent": res.ledger.summary(0, private.privacy.delta).headline_eps,
+           "dist_private_exact": PC._mise_of(sc, data, res.state.estimate("last") - w_exact, zero)}
+    plain = PC.scenario(design, m, penalty, tau, seed, eps=None, algorithm=PACKAGE_ALGORITHM)
+    pdata = PC._setup(plain)
+    pw, pmise, _ = exact_and_floor(plain, pdata, cache)
+    pres = run_fdp_admm(plain, with_reference=False)
+    # the privacy-off distance in units of the cell's exact MISE, as summarize() divides by exact_mise
+    row["dist_nonprivate_exact"] = PC._mise_of(plain, pdata, pres.state.estimate("last") - pw, zero) / pmise * exact_mise
+    return row
 
 
 def today_rows(seeds: set[int]) -> list[dict]:

@@ -171,6 +171,12 @@ def test_newton_refuses_what_it_cannot_run_in_one_line():
 
     with pytest.raises(ValueError, match="inprocess engine for 'newton'"):
         _check_supported(scenario())
+    from fdp_flower.engines.audit import protocol_for
+
+    with pytest.raises(ValueError, match="not replayed yet"):  # never the ADMM transcript under a Newton ledger
+        protocol_for(scenario())
+    with pytest.raises(ScenarioError, match="exactly|at most 2"):
+        scenario(bounds=(1.0, 2.0, 3.0))
 
 
 @pytest.mark.slow
@@ -229,3 +235,51 @@ class _NoNoise:
 
     def standard_normal(self, shape):
         return np.zeros(shape)
+
+
+def test_each_new_release_moves_by_at_most_its_sensitivity_and_attains_it():
+    """Measured on the site's real answer (noise-free): over neighbouring datasets of client 0 -- every record
+    replaced by a worst-case record (a response far below or above every threshold and residual window, or at
+    the point's fitted value), random records of another client, and each record removed (the ledger's
+    add/remove factor 1 with m_i the public count) -- the l2 change of each new release is at most its charged
+    sensitivity (to rounding), and the worst case attains it, so neither a looser bound nor a wrong formula
+    (6 / m instead of sqrt(6) / m, 1 / (h m) instead of 1 / (2 h m)) passes."""
+    sc = scenario()
+    plan, data = _site(sc)
+    plan = plan.plan
+    k = plan.dim
+    a, y = data.rows_of(0)
+    donor_a, donor_y = data.rows_of(1)
+    point = np.full(k, 0.1)
+    cases = {1: {"thresholds": np.linspace(-1, 1, 6)},
+             plan.schedule.kinds.index(N.DENSITY) + 1: {"point": point, "bandwidth": np.array([0.3])},
+             plan.schedule.kinds.index(N.SHARE) + 1: {"point": point}}
+
+    def release(round_, features, response):
+        held = SiteData.stack([0], [features], [response])
+        (out,) = answer([SiteRequest(0, round_, cases[round_])], held, plan, lambda events: _NoNoise())
+        assert not isinstance(out, Exception), out
+        return out.value
+
+    rng = np.random.default_rng(29)
+    for round_ in cases:
+        (charged,) = [answer([SiteRequest(0, round_, cases[round_])], data, plan, run_noise(0, "seeded"))[0]]
+        sensitivity = charged.event.sensitivity
+        base = release(round_, a, y)
+        fitted = a @ point
+        worst = 0.0
+        for j in range(0, len(y), 7):
+            for new_y in (-1e6, 1e6, fitted[j]):
+                yy = y.copy()
+                yy[j] = new_y
+                worst = max(worst, float(np.linalg.norm(release(round_, a, yy) - base)))
+        for _ in range(100):
+            j, d = int(rng.integers(len(y))), int(rng.integers(len(donor_y)))
+            aa, yy = a.copy(), y.copy()
+            aa[j], yy[j] = donor_a[d], donor_y[d]
+            worst = max(worst, float(np.linalg.norm(release(round_, aa, yy) - base)))
+        for j in range(0, len(y), 7):
+            keep = np.arange(len(y)) != j
+            assert np.linalg.norm(release(round_, a[keep], y[keep]) - base) <= sensitivity * (1 + 1e-9)
+        assert worst <= sensitivity * (1 + 1e-9), (round_, worst, sensitivity)
+        assert worst >= sensitivity * (1 - 1e-9), (round_, worst, sensitivity)

@@ -205,6 +205,15 @@ AGGREGATED_TRUST_REFUSAL = {
 }
 
 
+#: Why the membership audit refuses FDP-ADMM's Newton rule (one line; docs/privacy.md): its transcript mixes four
+#: release kinds whose sensitivities depend on the server's public choices (thresholds, bandwidths)
+NEWTON_AUDIT_REFUSAL = (
+    "the membership audit replays the ADMM rule's data-term transcript; algorithm.rule 'newton' mixes four release "
+    "kinds (quantile shares, data terms, residual densities, residual shares) and is not replayed yet (each "
+    "kind's sensitivity and noise are measured release by release instead: docs/privacy.md, 'The Newton "
+    "rule's releases'); audit the same scenario with rule 'admm' for the data term")
+
+
 class FDPADMMProtocol(_Protocol):
     """FDP-ADMM: client ``party`` of the server-coordinated federation (release: its noisy descent term
     at the point the server names, :mod:`fdp_flower.algorithms.fdp_admm.site`; the public state advances
@@ -616,6 +625,8 @@ def protocol_for(scenario, *, party: int = 0, variant: str | None = None, fpca: 
         raise ValueError(f"party must be a client / node index in 0..{parties - 1}, got {party}")
     if variant is not None and record.name != "p2p":
         raise ValueError(f"variant {variant!r} applies to zcdp_nfl scenarios only")
+    if getattr(scenario.algorithm, "rule", "admm") == "newton" and not fpca:
+        raise ValueError(NEWTON_AUDIT_REFUSAL)
     if fpca:
         if record.name != "fdp_admm":
             raise ValueError("--fpca audits the federated DP-FPCA phase of an FDP-ADMM scenario")

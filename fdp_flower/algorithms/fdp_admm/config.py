@@ -266,8 +266,6 @@ class Scenario(_Frozen):
         if enabled is not True or mode != "total" or not isinstance(algorithm, dict) \
                 or algorithm.get("kind", "fdp_admm") != "fdp_admm":
             return data
-        if _newton_rule(algorithm):
-            return data
         model = data.get("model", {})
         basis = data.get("basis", {})
         basis_kind = basis.get("kind", "pooled") if isinstance(basis, dict) else getattr(basis, "kind", None)
@@ -275,6 +273,8 @@ class Scenario(_Frozen):
                 and basis_kind in BASES_WITH_SCORE_VARIANCES:
             data = {**data, "model": {**model, **TOTAL_BUDGET_CLIP}}
             model = data["model"]
+        if _newton_rule(algorithm):  # the clip above; its schedule is NEWTON_DEFAULTS
+            return data
         shape = model.get("clip_shape", "sphere") if isinstance(model, dict) else getattr(model, "clip_shape", None)
         defaults = TOTAL_BUDGET_DEFAULTS if shape == "ellipsoid" else SPHERE_TOTAL_BUDGET_DEFAULTS
         if "step" in algorithm:  # a step the scenario gives is in the units it says (absolute unless set)
