@@ -283,3 +283,34 @@ def test_each_new_release_moves_by_at_most_its_sensitivity_and_attains_it():
             assert np.linalg.norm(release(round_, a[keep], y[keep]) - base) <= sensitivity * (1 + 1e-9)
         assert worst <= sensitivity * (1 + 1e-9), (round_, worst, sensitivity)
         assert worst >= sensitivity * (1 - 1e-9), (round_, worst, sensitivity)
+
+
+def test_a_site_checks_the_named_total_records_which_moves_the_split_never_the_budget():
+    """Deployment: each train message names n = sum_i m_i (the setup phase's).  The site refuses a missing, boolean,
+    too small (below its own records) or absurd n, and on simulated data any n but the partition's; whatever n a
+    server names, the schedule's multipliers compose to the same mu^2 (the privacy loss), only the split moves."""
+    from fdp_flower.algorithms.fdp_admm.plan import data_source
+    from fdp_flower.clients.fdp_admm import MAX_TOTAL_RECORDS, newton_total_records
+    from fdp_flower.wire import TOTAL_RECORDS_KEY
+
+    sc = scenario()
+    source = data_source(sc)
+
+    class NodeLocal:
+        node_local = True
+
+    for bad in ({}, {TOTAL_RECORDS_KEY: True}, {TOTAL_RECORDS_KEY: 399}, {TOTAL_RECORDS_KEY: 2.0e3},
+                {TOTAL_RECORDS_KEY: MAX_TOTAL_RECORDS + 1}):
+        with pytest.raises(ValueError, match=TOTAL_RECORDS_KEY):
+            newton_total_records(sc, bad, NodeLocal(), 400)
+    assert newton_total_records(sc, {TOTAL_RECORDS_KEY: 400}, NodeLocal(), 400) == 400
+    with pytest.raises(ValueError, match="is not the run's n"):
+        newton_total_records(sc, {TOTAL_RECORDS_KEY: 2001}, source, 400)
+    assert newton_total_records(sc, {TOTAL_RECORDS_KEY: 2000}, source, 400) == 2000
+    assert newton_total_records(scenario().model_copy(update={"algorithm": scenario().algorithm.model_copy(
+        update={"rule": "admm"})}), {}, source, 400) is None
+    plan, _ = _site(sc)
+    splits = [newton_plan(sc, plan.basis, n).multipliers for n in (400, 2000, 10**9)]
+    assert not np.allclose(splits[0], splits[2])
+    for z in splits:
+        assert np.sum(z ** -2.0) == pytest.approx(np.sum(splits[1] ** -2.0), rel=1e-12)

@@ -43,6 +43,7 @@ from fdp_flower.wire import (
     BASIS_MISSING,
     BASIS_PREFIX,
     MIN_RECORDS_KEY,
+    TOTAL_RECORDS_KEY,
     basis_digest,
     pack_arrays,
     unpack_arrays,
@@ -75,8 +76,24 @@ def _per_objects(store: dict, objects: tuple, make: Callable[[], object], limit:
     return known[1]
 
 
-def _site_plan(scenario: Scenario, basis: FunctionalBasis):
+def _site_plan(scenario: Scenario, basis: FunctionalBasis, total_records: int | None = None):
+    """The site's plan, built once per (scenario, basis) and, under the Newton rule, per named n = sum_i m_i."""
+    if total_records is not None:
+        return _per_objects(_PLANS, (scenario, basis, _TotalRecords.of(total_records)),
+                            lambda: site_plan(scenario, basis, total_records=float(total_records)), limit=4)
     return _per_objects(_PLANS, (scenario, basis), lambda: site_plan(scenario, basis), limit=4)
+
+
+class _TotalRecords(int):
+    """One live object per n (the plan cache matches its keys by identity)."""
+
+    _known: dict[int, "_TotalRecords"] = {}
+
+    @classmethod
+    def of(cls, value: int) -> "_TotalRecords":
+        if len(cls._known) >= 64:  # a server naming ever new n cannot grow this
+            cls._known.clear()
+        return cls._known.setdefault(int(value), cls(value))
 
 
 class BasisMissing(RuntimeError):
@@ -290,6 +307,29 @@ def _trusted_aggregator_plan(scenario: Scenario, basis: FunctionalBasis, config,
     return site_plan(scenario, basis, [value])
 
 
+#: the largest n = sum_i m_i a site accepts from the server (a federation of a trillion records)
+MAX_TOTAL_RECORDS = 10**12
+
+
+def newton_total_records(scenario: Scenario, config, source, own_records: int) -> int | None:
+    """The Newton rule's public n = sum_i m_i the message names (:data:`~fdp_flower.wire.TOTAL_RECORDS_KEY`), checked
+    by the site: a positive integer, at least its own ``own_records`` and at most :data:`MAX_TOTAL_RECORDS`; on
+    simulated data equal to the partition's total.  n only splits the schedule's one mu^2 among its release kinds
+    (every split sums to the same mu^2, :func:`fdp_flower.algorithms.fdp_admm.newton.newton_schedule`), so a
+    wrong n costs accuracy, never privacy.  None: not a Newton-rule run."""
+    from fdp_flower.algorithms.fdp_admm.plan import newton_rule
+
+    if not newton_rule(scenario):
+        return None
+    value = config[TOTAL_RECORDS_KEY] if TOTAL_RECORDS_KEY in config else None
+    if isinstance(value, bool) or not isinstance(value, int) or not own_records <= value <= MAX_TOTAL_RECORDS:
+        raise ValueError(f"{TOTAL_RECORDS_KEY}: a Newton-rule round names the run's n = sum_i m_i (an integer in "
+                         f"[{own_records}, {MAX_TOTAL_RECORDS}], at least this site's records), got {value!r}")
+    if not source.node_local and value != int(np.sum(source.partition_sizes())):
+        raise ValueError(f"{TOTAL_RECORDS_KEY} = {value} is not the run's n = sum_i m_i")
+    return value
+
+
 def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) -> Message:
     """Answer an FDP-ADMM train message: every client it asks for (one, or every client a node hosts
     when nodes host several simulated clients) releases its noisy descent term at the point the
@@ -336,7 +376,8 @@ def handle_fdp_admm_train(msg: Message, context: Context, scenario: Scenario) ->
         data = SiteData.stack([partitions[j] for j in asked], [rows[j][0] for j in asked],
                               [rows[j][2] for j in asked], [rows[j][1] for j in asked])
         named = [SiteRequest(partitions[j], requests[j].round, requests[j].public) for j in asked]
-        plan = _trusted_aggregator_plan(scenario, basis, config, source) or _site_plan(scenario, basis)
+        total = newton_total_records(scenario, config, source, int(sum(len(rows[j][2]) for j in asked)))
+        plan = (_trusted_aggregator_plan(scenario, basis, config, source) or _site_plan(scenario, basis, total))
         for j, outcome in zip(asked, answer(named, data, plan, site.noise_for)):
             if isinstance(outcome, Exception):
                 refused[j] = outcome

@@ -17,9 +17,11 @@ from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.convergence import CAP, CONVERGED, ended_normally
-from fdp_flower.algorithms.fdp_admm.plan import data_source, noise_scales
+from fdp_flower.algorithms.fdp_admm.plan import data_source, newton_rule, noise_scales
 from fdp_flower.algorithms.fdp_admm.newton_protocol import make_server
 from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
@@ -31,8 +33,8 @@ from fdp_flower.outputs.release_journal import JOURNAL_NAME, append_requests, re
 from fdp_flower.outputs.results import RunResult, check_output_dir, privacy_headline, rescue_run, write_results
 from fdp_flower.strategies.common import FederationError, polling, run_results_dir, wait_for_nodes
 from fdp_flower.strategies.protocol import Broadcast, ProtocolStrategy, RunConverged
-from fdp_flower.wire import (BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, MIN_RECORDS_KEY, basis_digest,
-                              pack_arrays)
+from fdp_flower.wire import (BASIS_DIGEST_KEY, BASIS_MISSING, BASIS_PREFIX, MIN_RECORDS_KEY, TOTAL_RECORDS_KEY,
+                             basis_digest, pack_arrays)
 from fdp_flower.wire.flwr import ArrayRecord, Context, log
 from fdp_flower.wire.flwr_server import Grid
 
@@ -132,9 +134,12 @@ class FDPADMMStrategy(ProtocolStrategy):
     # ------------------------------------------------------------------ secure aggregation (SecAgg+)
     def request_config(self) -> dict:
         """trusted_aggregator: the public min_i m_i, which every site checks against its own m_i and records in
-        its ledger's event (the sensitivity of the server's one noise draw, eq. (1.3t))."""
+        its ledger's event (the sensitivity of the server's one noise draw, eq. (1.3t)); the Newton rule: the
+        public n = sum_i m_i of the schedule's split (:func:`fdp_flower.clients.fdp_admm.newton_total_records`)."""
         if self.server.trust == "trusted_aggregator":
             return {MIN_RECORDS_KEY: int(self.server.calibration.min_records)}
+        if newton_rule(self.scenario):  # the Newton schedule's split of mu^2 (every site checks what it can)
+            return {TOTAL_RECORDS_KEY: int(np.sum(self.server.sizes))}
         return {}
 
     def configure_train(self, server_round, arrays, config, grid):

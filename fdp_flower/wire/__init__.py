@@ -9,6 +9,7 @@ from fdp_flower.wire.records import (
     CLIENTS_KEY,
     ERRORS_RECORD,
     MIN_RECORDS_KEY,
+    TOTAL_RECORDS_KEY,
     RELEASE_KEY,
     REQUEST_PREFIX,
     SETUP_PHASE,
@@ -21,7 +22,7 @@ from fdp_flower.wire.records import (
     unpack_requests,
 )
 
-__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "CLIENTS_KEY", "ERRORS_RECORD", "MIN_RECORDS_KEY",
+__all__ = ["BASIS_DIGEST_KEY", "BASIS_MISSING", "BASIS_PREFIX", "CLIENTS_KEY", "ERRORS_RECORD", "MIN_RECORDS_KEY", "TOTAL_RECORDS_KEY",
            "RELEASE_KEY",
            "REQUEST_PREFIX", "SETUP_PHASE", "basis_digest", "pack_arrays", "pack_releases", "pack_requests",
            "unpack_arrays", "unpack_releases", "unpack_requests"]

@@ -49,6 +49,9 @@ REQUEST_PREFIX = "req."
 #: Config key of an FDP-ADMM train message under ``privacy.trust: trusted_aggregator``: the run's public min_i m_i,
 #: which fixes the sensitivity 2 G / min_i m_i of the aggregator's one noise draw (a client with fewer rows refuses).
 MIN_RECORDS_KEY = "fdp-min-records"
+#: Config key of an FDP-ADMM train message under ``algorithm.rule: newton``: the run's public n = sum_i m_i, which
+#: splits the schedule's one mu^2 among its release kinds (any n keeps the sum, so it moves utility, never privacy).
+TOTAL_RECORDS_KEY = "fdp-total-records"
 #: The reply's array of released values, one row per released client (the ``partition-id`` list names them).
 RELEASE_KEY = "release"
 #: The reply's record of refused clients (``partition-id``, ``code``, ``reason`` lists): nothing of them left.

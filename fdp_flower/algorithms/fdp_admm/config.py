@@ -309,10 +309,6 @@ class Scenario(_Frozen):
                              "'total' (or rule 'admm' for a per-round guarantee)")
         if p.enabled and p.trust != "site":
             raise ValueError(f"algorithm.rule 'newton' runs with privacy.trust 'site' only (got {p.trust!r})")
-        if isinstance(self.data, NodeFiles):
-            raise ValueError("algorithm.rule 'newton' does not run on node-local files (data kind 'node_files') yet: "
-                             "its budget split needs n = sum m_i at every site before the setup phase sends it; "
-                             "use rule 'admm'")
         if isinstance(self.basis, FixedBasis):
             raise ValueError("algorithm.rule 'newton' steps in the metric of the basis's score variances; a fixed "
                              "basis has none (use basis kind 'pooled', 'federated_dp' or 'provided' with eigenvalues)")
