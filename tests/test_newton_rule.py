@@ -177,6 +177,14 @@ def test_newton_refuses_what_it_cannot_run_in_one_line():
         protocol_for(scenario())
     with pytest.raises(ScenarioError, match="exactly|at most 2"):
         scenario(bounds=(1.0, 2.0, 3.0))
+    from fdp_flower.algorithms.fdp_admm.config import NewtonBoundsWarning
+
+    with pytest.warns(NewtonBoundsWarning, match="response_bounds"):  # said before it trains
+        scenario(bounds=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NewtonBoundsWarning)
+        scenario(bounds=None, private=False)  # privacy off: the range round finds them
+        scenario()
 
 
 @pytest.mark.slow

@@ -174,6 +174,10 @@ def privacy_off_schedule(clip_shape: str, *, step_given: bool = False) -> dict[s
     return {k: v for k, v in defaults.items() if not (step_given and k == "step_units")}
 
 
+class NewtonBoundsWarning(UserWarning):
+    """A private Newton-rule run without declared response bounds or location/scale (no location/scale search)."""
+
+
 class ModeMismatchWarning(UserWarning):
     """A setting chosen for one privacy mode kept in the other (:mod:`fdp_flower.algorithms.fdp_admm.mode_rules`)."""
 
@@ -319,6 +323,12 @@ class Scenario(_Frozen):
         if a.estimator.kind != "last" or a.stopping.kind != "cap" or a.rho_rule.kind != "fixed":
             raise ValueError("algorithm.rule 'newton' releases its own estimate after a fixed schedule: leave "
                              "algorithm.estimator, stopping and rho_rule unset")
+        declared = (getattr(self.data, "response_offset", 0.0), getattr(self.data, "response_scale", 1.0)) != (0.0, 1.0)
+        if p.enabled and a.response_bounds is None and not declared:
+            warnings.warn("algorithm.rule 'newton' with privacy on and no algorithm.response_bounds has no location/"
+                          "scale search: it fits in the response's own units, as if centred at 0 with spread 1; "
+                          "declare algorithm.response_bounds [lo, hi] (or data.response_offset / response_scale)",
+                          NewtonBoundsWarning, stacklevel=2)
         return self
 
     @model_validator(mode="after")
