@@ -322,3 +322,28 @@ def test_a_site_checks_the_named_total_records_which_moves_the_split_never_the_b
     assert not np.allclose(splits[0], splits[2])
     for z in splits:
         assert np.sum(z ** -2.0) == pytest.approx(np.sum(splits[1] ** -2.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("stop", [3, 10, 27])  # in the quartile search, a term waiting for its density, calibrating
+def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, stop):
+    """Nothing lost: a run stopped after round ``stop`` keeps the Newton server's own state (brackets, curvature,
+    dual average, pending gradient, calibration) in its checkpoint; resuming draws what the uninterrupted run
+    draws and ends at its model, ledger and history exactly.  A checkpoint without that state is refused."""
+    from fdp_flower.outputs.checkpoint import read_checkpoint, write_checkpoint
+
+    sc = scenario()
+    sc = parse_scenario({**sc.model_dump(mode="json"), "output": {"checkpoint_every": 1}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = run_fdp_admm(sc, with_reference=False)
+        part = run_fdp_admm(sc, with_reference=False, stop_after=stop, checkpoint_path=tmp_path / "c.npz")
+        ck = read_checkpoint(tmp_path / "c.npz")
+        assert part.state.round == ck.round == stop and ck.server_state["rule"] == "newton"
+        done = run_fdp_admm(sc, with_reference=False, resume=ck)
+    np.testing.assert_array_equal(done.state.global_w, full.state.global_w)
+    assert done.ledger.to_rows() == full.ledger.to_rows()
+    assert [r["curvature"] for r in done.history] == [r["curvature"] for r in full.history]
+    ck.server_state = None
+    write_checkpoint(tmp_path / "old.npz", ck)
+    with pytest.raises(ValueError, match="no Newton-rule server state"):
+        run_fdp_admm(sc, with_reference=False, resume=read_checkpoint(tmp_path / "old.npz"))

@@ -91,13 +91,14 @@ def run_fdp_admm(scenario: Scenario, *, progress: Callable[[int, dict], None] | 
     def _result(srv: FDPADMMServer) -> RunResult:
         return RunResult(scenario, srv.state, history=srv.history, ledger=srv.ledger, basis=basis,
                          reference=evaluator.reference, clipped_rows=clipped, sample_sizes=[int(m) for m in sizes],
-                         stop_reason=srv.stop_reason or "completed", failures=srv.failures)
+                         stop_reason=srv.stop_reason or "completed", failures=srv.failures,
+                         server_state=srv.checkpoint_state())
 
     if resume is not None:
         from fdp_flower.outputs.checkpoint import check_resumable
 
         check_resumable(resume, scenario)
-        server.resume(resume.state, resume.ledger.releases, resume.history, resume.failures)
+        server.resume(resume.state, resume.ledger.releases, resume.history, resume.failures, resume.server_state)
         if unrepeatable:
             source = resume_journal if resume_journal is not None else journal
             lost = [] if source is None else releases_after(source, resume.round)
@@ -130,6 +131,6 @@ def _checkpoint(path, result: RunResult) -> None:
 
     try:
         write_checkpoint(path, Checkpoint(result.scenario, result.state, result.ledger, result.history,
-                                          result.failures, engine=result.engine))
+                                          result.failures, engine=result.engine, server_state=result.server_state))
     except OSError as exc:  # the run goes on; writing its results reports (and rescues) what is lost
         log.warning("checkpoint %s not written (%s)", path, exc.strerror or exc)

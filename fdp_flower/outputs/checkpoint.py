@@ -46,6 +46,9 @@ class Checkpoint:
     history: list[dict] = field(default_factory=list)
     failures: list[FailureRecord] = field(default_factory=list)
     engine: str = "inprocess"
+    #: the server rule's own state beyond ``state`` (JSON; the Newton rule's, :meth:`~fdp_flower.algorithms.
+    #: fdp_admm.newton_protocol.NewtonServer.checkpoint_state`), None under the ADMM rule
+    server_state: dict | None = None
 
     @property
     def round(self) -> int:
@@ -65,6 +68,8 @@ def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
         "ledger": checkpoint.ledger.to_rows(),
         "failures": [f.to_row() for f in checkpoint.failures],
     }
+    if checkpoint.server_state is not None:
+        meta["server_state"] = checkpoint.server_state
     arrays = {f"state_{k}": v for k, v in checkpoint.state.to_arrays().items()}
     # json keeps floats exactly (repr round-trips); NaN/inf are written as NaN/Infinity tokens
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -113,6 +118,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         failures=[FailureRecord(int(r["round"]), int(r["client"]), str(r["reason"]), bool(r["charged"]))
                   for r in meta["failures"]],
         engine=str(meta.get("engine", "inprocess")),
+        server_state=meta.get("server_state"),
     )
 
 

@@ -47,6 +47,8 @@ class RunResult:
     failures: list[FailureRecord] = field(default_factory=list)
     #: client -> the totals its site reported from its own ledger (deployment on node-local data)
     site_reports: dict[int, dict] = field(default_factory=dict)
+    #: the server rule's state beyond ``state`` for a checkpoint (:class:`fdp_flower.outputs.checkpoint.Checkpoint`)
+    server_state: dict | None = None
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -178,7 +180,8 @@ def rescue_run(result, out_dir: str | Path, exc: OSError) -> str:
         write_csv(ResultsDir.at(rescue).ledger, result.ledger.to_rows(), LEDGER_COLUMNS)
         kept.append(ResultsDir.at(rescue).ledger.name)
         write_checkpoint(rescue / CHECKPOINT_NAME, Checkpoint(result.scenario, result.state, result.ledger,
-                                                             result.history, result.failures, engine=result.engine))
+                                                             result.history, result.failures, engine=result.engine,
+                                                             server_state=result.server_state))
         kept.append(CHECKPOINT_NAME)
     except OSError:
         pass

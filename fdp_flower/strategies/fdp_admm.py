@@ -124,7 +124,8 @@ class FDPADMMStrategy(ProtocolStrategy):
         ledger, history and failures are restored and Flower's rounds 1, 2, ... become rounds
         ``checkpoint.round + 1``, ..., so every release draws the noise and step of an uninterrupted run.
         Returns the rounds left."""
-        self.server.resume(checkpoint.state, checkpoint.ledger.releases, checkpoint.history, checkpoint.failures)
+        self.server.resume(checkpoint.state, checkpoint.ledger.releases, checkpoint.history, checkpoint.failures,
+                           checkpoint.server_state)
         super().resume_from(checkpoint.round)
         return self.scenario.algorithm.rounds - checkpoint.round
 
@@ -291,7 +292,8 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
 
             try:
                 write_checkpoint(out_dir / CHECKPOINT_NAME, Checkpoint(
-                    scenario, strat.state, strat.ledger, strat.history, strat.failures, engine="flower"))
+                    scenario, strat.state, strat.ledger, strat.history, strat.failures, engine="flower",
+                    server_state=strat.server.checkpoint_state()))
             except OSError as exc:  # the run goes on; writing its results rescues what is lost
                 log(WARNING, "fdp-flower: checkpoint not written (%s)", exc.strerror or exc)
 
@@ -348,7 +350,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
                        clipped_rows=[clipped.get(i, -1) for i in range(len(sizes))],
                        sample_sizes=[int(m) for m in sizes],
                        stop_reason=stop_reason, engine="flower", failures=strategy.failures,
-                       site_reports=strategy.site_reports)
+                       site_reports=strategy.site_reports, server_state=strategy.server.checkpoint_state())
     try:
         out = write_results(result, out_dir)
     except OSError as exc:  # a full disk or a removed directory: keep the ledger and a checkpoint

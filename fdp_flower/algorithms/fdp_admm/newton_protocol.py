@@ -82,9 +82,43 @@ class NewtonServer(FDPADMMServer):
         return w
 
     # ------------------------------------------------------------------ calibration of the releases
-    def resume(self, state, ledger_releases, history, failures) -> None:
-        raise ValueError("algorithm.rule 'newton' cannot resume from a checkpoint yet: its server state (brackets, "
-                         "curvature, dual average) is not in the checkpoint; start the run again")
+    #: the server's own state a checkpoint keeps (floats, ints, arrays; JSON round-trips each exactly)
+    _SCALARS = ("location", "scale", "curvature", "densities", "term_index", "v_count", "_bandwidth")
+    _ARRAYS = ("brackets", "x", "v_sum", "pending_gradient", "model")
+    _LISTS = ("averaged_z", "intercepts")
+
+    def checkpoint_state(self) -> dict:
+        """Everything :meth:`_close` carries between rounds beyond :class:`FDPADMMState` (public post-processing
+        of the releases so far), as JSON: brackets, location/scale, curvature, the dual average, the pending
+        gradient, the released model, the calibration's intercepts and the current metric."""
+        out: dict = {"rule": "newton"}
+        out.update({k: getattr(self, k) for k in self._SCALARS})
+        out.update({k: None if getattr(self, k) is None else np.asarray(getattr(self, k), float).tolist()
+                    for k in self._ARRAYS})
+        out.update({k: [float(v) for v in getattr(self, k)] for k in self._LISTS})
+        m = self.metric
+        out["metric"] = None if m is None else {"diagonal": m.diagonal.tolist(), "step": m.step, "l1": m.l1,
+                                                "free": m.free}
+        return out
+
+    def resume(self, state, ledger_releases, history, failures, server_state: dict | None = None) -> None:
+        if not isinstance(server_state, dict) or server_state.get("rule") != "newton":
+            raise ValueError("this checkpoint has no Newton-rule server state (written by a version that could not "
+                             "resume algorithm.rule 'newton'); start the run again")
+        try:
+            for k in self._SCALARS:
+                setattr(self, k, server_state[k])
+            for k in self._ARRAYS:
+                value = server_state[k]
+                setattr(self, k, None if value is None else np.asarray(value, dtype=float))
+            for k in self._LISTS:
+                setattr(self, k, [float(v) for v in server_state[k]])
+            m = server_state["metric"]
+            self.metric = None if m is None else N.PublicMetric(np.asarray(m["diagonal"], float), float(m["step"]),
+                                                               float(m["l1"]), int(m["free"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"the checkpoint's Newton-rule server state is incomplete ({exc})") from None
+        super().resume(state, ledger_releases, history, failures)
 
     def planned_release(self, round_: int, client: int, m: float | None = None):
         m = self.sizes[client] if m is None else m

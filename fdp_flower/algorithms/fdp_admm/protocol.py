@@ -192,8 +192,14 @@ class FDPADMMServer(ServerProtocol):
             return self.planned_release(round_, client)
         return None if sigma == 0 else term_release(client, round_, sensitivity, sigma)
 
-    def resume(self, state: FDPADMMState, ledger_releases, history, failures) -> None:
-        """Continue after ``state.round`` with the run's ledger, history and failures restored."""
+    def checkpoint_state(self) -> dict | None:
+        """The rule's state beyond :class:`FDPADMMState` a checkpoint must keep (JSON): none under the ADMM rule."""
+        return None
+
+    def resume(self, state: FDPADMMState, ledger_releases, history, failures, server_state: dict | None = None
+               ) -> None:
+        """Continue after ``state.round`` with the run's ledger, history and failures restored (``server_state``:
+        :meth:`checkpoint_state` of the interrupted run)."""
         self.state = state
         self.ledger.record_many(ledger_releases)
         self.history, self.failures = list(history), list(failures)
