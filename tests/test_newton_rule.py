@@ -60,6 +60,13 @@ def test_a_private_newton_run_spends_what_the_admm_rule_would():
     kinds = {r.mechanism for r in newton.ledger.releases}
     assert kinds == {"fdp_admm_subgradient", "fdp_newton_quartile_shares", "fdp_newton_residual_density",
                      "fdp_newton_residual_share"}
+    # fdp-flower privacy (no data) plans the same releases: mechanisms, rounds and the run's eps
+    from fdp_flower.cli.privacy import fdp_admm_ledger
+
+    planned, _sizes = fdp_admm_ledger(scenario())
+    assert [(r.client, r.round, r.mechanism) for r in planned.releases] == \
+        [(r.client, r.round, r.mechanism) for r in newton.ledger.releases]
+    assert planned.summary(0, 1e-5).eps_pld == pytest.approx(newton.ledger.summary(0, 1e-5).eps_pld, rel=1e-9)
 
 
 class _Plan:

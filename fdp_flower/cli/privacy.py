@@ -114,10 +114,34 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
     # own multiplier z_l, whatever the metric its sensitivity is measured in
     calibration = SitePlan(build_objective(scenario).loss, plan.gradient_bound, None, plan.noise_multipliers,
                            plan.dim)
+    if getattr(scenario.algorithm, "rule", "admm") == "newton":
+        return _newton_ledger(scenario, calibration, sizes), sizes
     for round_ in range(1, scenario.algorithm.rounds + 1):
         sensitivity, sigma = calibration.calibration(round_, sizes)
         ledger.record_many(term_release(i, round_, sensitivity[i], sigma[i]) for i in range(len(sizes)))
     return ledger, sizes
+
+
+def _newton_ledger(scenario, calibration, sizes) -> PrivacyLedger:
+    """The Newton rule's releases (docs/algorithms.md section 1.3): its schedule splits the ADMM plan's mu^2 over
+    quartile shares, data terms, residual densities and shares, each with its own mechanism.  A density's
+    sensitivity 1 / (2 h m_i) depends on the bandwidth h the server names during the run; its eps does not
+    (sigma = z_l x sensitivity), so the first, public bandwidth stands in."""
+    from dataclasses import replace
+
+    from fdp_flower.algorithms.fdp_admm import newton as N
+    from fdp_flower.algorithms.fdp_admm.site import newton_release_event
+
+    a = scenario.algorithm
+    mu = float(np.sqrt(np.sum(np.asarray(calibration.noise_multipliers, float) ** -2.0)))
+    schedule = N.newton_schedule(a.rounds, mu=mu, total_records=float(np.sum(sizes)),
+                                 intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None)
+    plan = replace(calibration, schedule=schedule, noise_multipliers=schedule.multipliers)
+    ledger = PrivacyLedger()
+    for round_, kind in enumerate(schedule.kinds, start=1):
+        ledger.record_many(newton_release_event(kind, i, round_, float(m), plan, N.DENSITY_BANDWIDTHS[0])
+                           for i, m in enumerate(sizes))
+    return ledger
 
 
 def _fmt(x) -> str:
@@ -186,14 +210,22 @@ def run(args: argparse.Namespace) -> int:
         return 0
     delta = p.delta
     with_pld = not args.no_pld
-    summaries = ledger.summaries(delta, with_pld=with_pld, closed_form=fdp_admm_closed_form())
+    newton = getattr(scenario.algorithm, "rule", "admm") == "newton"
+    # the paper's closed form is the ADMM rule's per-round eps; the Newton rule's releases are other queries
+    summaries = ledger.summaries(delta, with_pld=with_pld, closed_form=None if newton else fdp_admm_closed_form())
     add_remove = ledger.under_neighbouring("add_remove").summaries(delta, with_pld=with_pld)
     budget = (f"total budget (eps={p.eps:g}, delta={p.delta:g}), schedule {p.schedule.kind}"
               if p.mode == "total" else f"per-round rule (eps={p.eps:g}, delta={p.delta:g} each round)")
+    if newton:
+        from collections import Counter
+
+        kinds = Counter(r.mechanism for r in ledger.releases if r.client == ledger.releases[0].client)
+        budget = (f"total budget (eps={p.eps:g}, delta={p.delta:g}), Newton rule: "
+                  + ", ".join(f"{n} {mechanism}" for mechanism, n in sorted(kinds.items())))
     print(f"{scenario.name}: FDP-ADMM, M={len(sizes)} clients, L={scenario.algorithm.rounds} rounds, "
           f"K={getattr(scenario.basis, 'n_components', '?')}, {budget}")
-    print(f"per client, replace-one neighbours, totals over all rounds at delta={delta:g}; "
-          f"'paper' = Zhou & Xiang (2022) Thm 1's per-round eps (not a total)")
+    print(f"per client, replace-one neighbours, totals over all rounds at delta={delta:g}"
+          + ("" if newton else "; 'paper' = Zhou & Xiang (2022) Thm 1's per-round eps (not a total)"))
     print(format_table(summaries, sizes, add_remove))
     worst = max(summaries, key=lambda s: s.zcdp_rho)
     headline, accountant = (worst.eps_pld, "PLD") if worst.eps_pld is not None else (worst.eps_rdp, "RDP")
