@@ -3,6 +3,7 @@ algorithm of the data-term protocol (benchmarks/estimates_protocol.py) in at mos
 
     python benchmarks/estimates_floor.py [--quick] [--seeds 0 1 ...] [--variants proposed ...]
         [--designs paper brownian heavy_tailed] [--clients 10 20 50] [--out benchmarks/results/estimates]
+    python benchmarks/estimates_floor.py --variants package --seeds 0 1 2 3 4 5 6   # the package's Newton rule
 
 Per cell (design, tau, penalty, M of benchmarks/privacy_cost.py: n = 100000, K = 10 pooled FPCA, the
 ellipsoid clip of Mahalanobis radius 4, lam = 0.05, total eps = 1, delta = 1e-5 per site) and seed it
@@ -206,8 +207,10 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 20, 50])
     ap.add_argument("--penalties", nargs="+", default=["l1", "l2"])
     ap.add_argument("--variants", nargs="+", default=["proposed"], choices=list(VARIANTS))
-    ap.add_argument("--out", default="benchmarks/results/estimates")
-    ap.add_argument("--runs", default="floor_runs.csv")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "estimates"))
+    ap.add_argument("--runs", default=None,
+                    help="rows file in --out (default: floor_runs_package.csv for --variants package alone, whose "
+                         "rows also record eps_spent; floor_runs.csv otherwise)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "fdp-flower-estimates"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--report-only", action="store_true")
@@ -215,6 +218,8 @@ def main() -> None:
     if args.quick:
         args.seeds, args.designs, args.clients, args.variants = [1000], ["paper", "brownian"], [10, 50], ["proposed"]
         args.runs = "floor_runs_quick.csv"
+    if args.runs is None:
+        args.runs = "floor_runs_package.csv" if args.variants == ["package"] else "floor_runs.csv"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = out / args.runs
