@@ -60,14 +60,15 @@ FEATURE_CACHE_SUBDIR = "fdp-flower-cache"
 _FEATURE_CACHE_MAX_AGE_S = 24 * 3600
 
 
-#: (id(scenario), id(basis)) -> ((scenario, basis), the site's plan): built once per message and basis
-_PLANS: dict[tuple[int, ...], tuple[tuple, object]] = {}
+#: (id(scenario), id(basis), n) -> ((scenario, basis), the site's plan): built once per message, basis and (Newton
+#: rule) named n = sum_i m_i
+_PLANS: dict[tuple, tuple[tuple, object]] = {}
 
 
-def _per_objects(store: dict, objects: tuple, make: Callable[[], object], limit: int):
+def _per_objects(store: dict, objects: tuple, make: Callable[[], object], limit: int, values: tuple = ()):
     """``make()`` once per tuple of live ``objects`` (matched by identity, held so that their ids stay
-    theirs); the oldest entry is dropped beyond ``limit``."""
-    key = tuple(id(o) for o in objects)
+    theirs) and hashable ``values`` (matched by equality); the oldest entry is dropped beyond ``limit``."""
+    key = tuple(id(o) for o in objects) + values
     known = store.get(key)
     if known is None or any(a is not b for a, b in zip(known[0], objects)):
         if len(store) >= limit:
@@ -78,22 +79,8 @@ def _per_objects(store: dict, objects: tuple, make: Callable[[], object], limit:
 
 def _site_plan(scenario: Scenario, basis: FunctionalBasis, total_records: int | None = None):
     """The site's plan, built once per (scenario, basis) and, under the Newton rule, per named n = sum_i m_i."""
-    if total_records is not None:
-        return _per_objects(_PLANS, (scenario, basis, _TotalRecords.of(total_records)),
-                            lambda: site_plan(scenario, basis, total_records=float(total_records)), limit=4)
-    return _per_objects(_PLANS, (scenario, basis), lambda: site_plan(scenario, basis), limit=4)
-
-
-class _TotalRecords(int):
-    """One live object per n (the plan cache matches its keys by identity)."""
-
-    _known: dict[int, "_TotalRecords"] = {}
-
-    @classmethod
-    def of(cls, value: int) -> "_TotalRecords":
-        if len(cls._known) >= 64:  # a server naming ever new n cannot grow this
-            cls._known.clear()
-        return cls._known.setdefault(int(value), cls(value))
+    return _per_objects(_PLANS, (scenario, basis), lambda: site_plan(scenario, basis, total_records=total_records),
+                        limit=4, values=(total_records,))
 
 
 class BasisMissing(RuntimeError):
