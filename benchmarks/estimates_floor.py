@@ -4,6 +4,7 @@ algorithm of the data-term protocol (benchmarks/estimates_protocol.py) in at mos
     python benchmarks/estimates_floor.py [--quick] [--seeds 0 1 ...] [--variants proposed ...]
         [--designs paper brownian heavy_tailed] [--clients 10 20 50] [--out benchmarks/results/estimates]
     python benchmarks/estimates_floor.py --variants package --seeds 0 1 2 3 4 5 6   # the package's Newton rule
+    python benchmarks/estimates_floor.py --variants default --seeds 0 1 2   # nothing set: the schema's default rule
 
 Per cell (design, tau, penalty, M of benchmarks/privacy_cost.py: n = 100000, K = 10 pooled FPCA, the
 ellipsoid clip of Mahalanobis radius 4, lam = 0.05, total eps = 1, delta = 1e-5 per site) and seed it
@@ -58,6 +59,7 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # re-run through the data-term form of the ADMM (estimates_protocol.run_admm), for the tuning seeds
     "today_admm": ({}, {"admm": True}),
     "package": ({}, {}),  # package_row
+    "default": ({}, {}),  # package_row with the rule the schema picks when nothing is set (no response bounds)
 }
 
 
@@ -87,8 +89,9 @@ def run_cell(design: str, tau: float, penalty: str, m: int, seed: int, variants:
     zero = np.zeros_like(data.beta)
     rows = []
     for name in variants:
-        if name == "package":
-            rows.append(package_row(design, tau, penalty, m, seed, cache, w_exact, exact_mise, floor, sc, data))
+        if name in PACKAGE_VARIANTS:
+            rows.append(package_row(design, tau, penalty, m, seed, cache, w_exact, exact_mise, floor, sc, data,
+                                    variant=name))
             continue
         overrides, kw = VARIANTS[name]
         settings = P.PPGSettings(**overrides)
@@ -120,22 +123,30 @@ def run_cell(design: str, tau: float, penalty: str, m: int, seed: int, variants:
 #: exact estimator and floor are the cell's; the privacy-off run has its own clip and is measured against the
 #: exact estimator on its own features)
 PACKAGE_ALGORITHM = {"rule": "newton", "response_bounds": list(TABLE_BOUNDS)}
+#: ``default``: ``algorithm`` left unset (privacy_cost.scenario's rule None), so the rule is the schema's choice
+#: for the cell (the Newton rule) and no response bounds are declared
+PACKAGE_VARIANTS = {"package": PACKAGE_ALGORITHM, "default": {"rule": None}}
 
 
-def package_row(design, tau, penalty, m, seed, cache, w_exact, exact_mise, floor, sc, data) -> dict:
+def package_row(design, tau, penalty, m, seed, cache, w_exact, exact_mise, floor, sc, data, *,
+                variant: str = "package") -> dict:
     """One cell and seed of the package's in-process run (``fdp_flower.engines.inprocess.run_fdp_admm``),
-    private at EPS and with privacy off."""
+    private at EPS and with privacy off, with the ``algorithm`` of :data:`PACKAGE_VARIANTS`."""
     from fdp_flower.engines.inprocess import run_fdp_admm
 
-    private = PC.scenario(design, m, penalty, tau, seed, algorithm=PACKAGE_ALGORITHM)
+    algorithm = PACKAGE_VARIANTS[variant]
+    with warnings.catch_warnings():  # the default variant declares no bounds (NewtonBoundsWarning, said here)
+        warnings.simplefilter("ignore")
+        private = PC.scenario(design, m, penalty, tau, seed, algorithm=algorithm)
+        plain = PC.scenario(design, m, penalty, tau, seed, eps=None, algorithm=algorithm)
+    assert private.algorithm.rule == plain.algorithm.rule == "newton"
     assert PC.data_key(private) == PC.data_key(sc), "the package's private run must see the cell's features"
     res = run_fdp_admm(private, with_reference=False)
     zero = np.zeros_like(data.beta)
-    row = {"design": design, "tau": tau, "penalty": penalty, "M": m, "seed": seed, "variant": "package",
+    row = {"design": design, "tau": tau, "penalty": penalty, "M": m, "seed": seed, "variant": variant,
            "rounds": private.algorithm.rounds, "exact_mise": exact_mise, "floor_dist": floor,
            "eps_spent": res.ledger.summary(0, private.privacy.delta).headline_eps,
            "dist_private_exact": PC._mise_of(sc, data, res.state.estimate("last") - w_exact, zero)}
-    plain = PC.scenario(design, m, penalty, tau, seed, eps=None, algorithm=PACKAGE_ALGORITHM)
     pdata = PC._setup(plain)
     pw, pmise, _ = exact_and_floor(plain, pdata, cache)
     pres = run_fdp_admm(plain, with_reference=False)
@@ -219,7 +230,8 @@ def main() -> None:
         args.seeds, args.designs, args.clients, args.variants = [1000], ["paper", "brownian"], [10, 50], ["proposed"]
         args.runs = "floor_runs_quick.csv"
     if args.runs is None:
-        args.runs = "floor_runs_package.csv" if args.variants == ["package"] else "floor_runs.csv"
+        alone = args.variants[0] if len(args.variants) == 1 else None
+        args.runs = f"floor_runs_{alone}.csv" if alone in PACKAGE_VARIANTS else "floor_runs.csv"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = out / args.runs

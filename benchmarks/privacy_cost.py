@@ -67,15 +67,18 @@ TABLE_INTRO = (
 
 def scenario(design_name: str, num_clients: int, penalty: str, tau: float, seed: int, *, eps: float | None = 1.0,
              algorithm: dict | None = None, model: dict | None = None) -> Scenario:
-    """The evaluation scenario: total-budget mode at ``eps`` (None: privacy off), every other
-    setting at its default unless ``algorithm`` / ``model`` (tuning only) say otherwise."""
+    """The evaluation scenario: total-budget mode at ``eps`` (None: privacy off) with the ADMM rule (this
+    benchmark measures it; ``algorithm={"rule": "newton", ...}`` asks for the Newton rule, ``{"rule": None}`` leaves
+    the rule to the schema's default), every other setting at its default unless ``algorithm`` / ``model``
+    (tuning only) say otherwise."""
     data = {"name": f"cost-{design_name}-M{num_clients}-{penalty}-t{tau}-s{seed}", "seed": seed,
             "data": {"n_samples": 100_000, "design": design_name}, "federation": {"num_clients": num_clients},
             "basis": {"kind": "pooled", "n_components": 10},
             "model": {"loss": {"kind": "quantile", "tau": tau}, "penalty": {"kind": penalty}} | (model or {}),
             "privacy": {"mode": "total", "eps": eps, "delta": DELTA} if eps is not None else {"enabled": False}}
-    if algorithm:
-        data["algorithm"] = algorithm
+    data["algorithm"] = {"rule": "admm", **(algorithm or {})}
+    if data["algorithm"]["rule"] is None:  # rule None: left unset, the schema's default rule
+        del data["algorithm"]["rule"]
     return parse_scenario(data)
 
 

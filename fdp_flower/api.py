@@ -393,7 +393,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         noise_source: str = "seeded", trust: str = "site", tolerated: int = 0,
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
         reference: bool = True, progress=False, name: str = "fit", accountant=None,
-        noncrossing: bool = True, rule: str = "admm") -> FunctionalModel:
+        noncrossing: bool = True, rule: str | None = None) -> FunctionalModel:
     """Fit a differentially private functional quantile regression by FDP-ADMM.
 
     Q_tau(y | X) = intercept + int beta(t) X(t) dt, with the rows split over simulated clients
@@ -475,12 +475,14 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         The data set's budget across fits (:class:`fdp_flower.PrivacyAccountant`): the fit is refused before it
         trains (:class:`~fdp_flower.privacy.accountant.BudgetExceeded`) if its planned releases would take the
         data set's composed eps past the accountant's total, and its releases are charged to it after.
-    rule : {"admm", "newton"}
+    rule : {"admm", "newton"} or None
         The server's rule on the released data terms (``algorithm.rule``; docs/algorithms.md, "The Newton
         rule"): "admm" the paper's linearized ADMM; "newton" 30 rounds of Newton steps in the public metric of
         the basis's score variances with released residual densities, dual averaging and (with an intercept) a
         calibrated intercept, after a private location/scale search inside ``response_bounds`` (needed with
-        privacy on for the search; without them the fit runs in the response's own units) (default: "admm").
+        privacy on for the search; without them the fit runs in the response's own units).  Default None: the
+        scenario schema's choice, the same as ``fdp-flower run`` -- "newton" with an FPCA basis ("fpca",
+        "pooled") and eps=None or privacy="total" unless ``step`` or ``estimator`` is given, else "admm".
     noncrossing : bool
         Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
         Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).
@@ -538,12 +540,12 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         # the schedule a call leaves unset comes from the scenario schema (privacy off:
         # config.privacy_off_schedule, the same defaults as `fdp-flower run`)
         algorithm: dict[str, Any] = {"kind": "fdp_admm", "rho": rho}
-        if rule not in ("admm", "newton"):
-            raise InputError(f"rule: expected 'admm' or 'newton', got {rule!r}")
-        if rule == "newton":
-            algorithm["rule"] = "newton"
-            if response_bounds is not None:  # in the units the sites fit: (y - offset) / scale
-                algorithm["response_bounds"] = [(float(b) - offset) / scale for b in response_bounds]
+        if rule not in (None, "admm", "newton"):
+            raise InputError(f"rule: expected 'admm', 'newton' or None, got {rule!r}")
+        if rule is not None:
+            algorithm["rule"] = rule
+        if rule != "admm" and response_bounds is not None:  # in the units the sites fit: (y - offset) / scale
+            algorithm["response_bounds"] = [(float(b) - offset) / scale for b in response_bounds]
         if rounds is not None:
             algorithm["rounds"] = rounds
         if step is not None:

@@ -89,7 +89,7 @@ def test_released_noise_has_the_calibrated_standard_deviation():
     """The site releases its descent term with noise of the calibrated sigma = z 2G/m (eq. (1.3)):
     (noisy - noise-free) / sigma over 300 rounds are iid N(0, 1)."""
     private = parse_scenario({**SMALL, "algorithm": {"rounds": 300}})
-    public = parse_scenario({**SMALL, "algorithm": {"rounds": 300}, "privacy": {"enabled": False}})
+    public = parse_scenario({**SMALL, "algorithm": {"rule": "admm", "rounds": 300}, "privacy": {"enabled": False}})
     data, basis, state = _client_inputs(private)
     z = np.sqrt(2 * np.log(1.25 / 1e-5)) / 0.5
     standardized = []

@@ -61,14 +61,14 @@ def test_engines_report_the_same_tail_average_as_a_direct_computation():
 
 
 def test_total_mode_takes_its_own_defaults_and_explicit_values_win():
-    total = parse_scenario({**SMALL, "privacy": {"mode": "total", "eps": 1.0}})
+    total = parse_scenario({**SMALL, "algorithm": {"rule": "admm"}, "privacy": {"mode": "total", "eps": 1.0}})
     for key, value in TOTAL_BUDGET_DEFAULTS.items():
         assert getattr(total.algorithm, key).model_dump() == value if isinstance(value, dict) \
             else getattr(total.algorithm, key) == value
     per_round = parse_scenario({**SMALL, "privacy": {"mode": "per_round", "eps": 0.5}})
     assert per_round.algorithm.rounds == 30 and per_round.algorithm.estimator.kind == "last"
     assert per_round.algorithm.step.kind == "theorem2"
-    off = parse_scenario({**SMALL, "privacy": {"mode": "total", "enabled": False}})
+    off = parse_scenario({**SMALL, "algorithm": {"rule": "admm"}, "privacy": {"mode": "total", "enabled": False}})
     assert off.algorithm.rounds == privacy_off_schedule(off.model.clip_shape)["rounds"]  # fit's and run's one source
     mine = parse_scenario({**SMALL, "algorithm": {"rounds": 7}, "privacy": {"mode": "total", "eps": 1.0}})
     assert mine.algorithm.rounds == 7 and mine.algorithm.estimator == total.algorithm.estimator
@@ -78,7 +78,8 @@ def test_total_mode_takes_its_own_defaults_and_explicit_values_win():
 
 @pytest.mark.parametrize("eps", [0.3, 1.0])
 def test_total_mode_defaults_spend_at_most_the_target(eps):
-    sc = parse_scenario({**SMALL, "privacy": {"mode": "total", "eps": eps, "delta": 1.0e-5}})
+    sc = parse_scenario({**SMALL, "algorithm": {"rule": "admm"},
+                         "privacy": {"mode": "total", "eps": eps, "delta": 1.0e-5}})
     result = run_fdp_admm(sc, with_reference=False)
     assert len(result.history) == sc.algorithm.rounds == TOTAL_BUDGET_DEFAULTS["rounds"]
     assert result.stop_reason == "completed"

@@ -1,4 +1,6 @@
 """Issue 16: total-budget defaults that read no data, spend the target, and the further simulated designs."""
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -15,10 +17,16 @@ from fdp_flower.functional import design
 DESIGNS = ("paper", "brownian", "heavy_tailed")
 
 
-def total(design_name="paper", seed=0, clients=4, n=2000, **extra):
-    return parse_scenario({"seed": seed, "data": {"n_samples": n, "design": design_name, "grid_points": 31},
-                           "federation": {"num_clients": clients}, "basis": {"kind": "pooled", "n_components": 4},
-                           "privacy": {"mode": "total", "eps": 1.0, "delta": 1.0e-5}} | extra)
+def total(design_name="paper", seed=0, clients=4, n=2000, rule="admm", **extra):
+    """A total-budget scenario with the ADMM rule (these tests are its defaults'); ``rule=None`` leaves the rule
+    to the schema (the Newton rule here)."""
+    algorithm = {**({} if rule is None else {"rule": rule}), **extra.pop("algorithm", {})}
+    with warnings.catch_warnings():  # rule None declares no response bounds (NewtonBoundsWarning)
+        warnings.simplefilter("ignore")
+        return parse_scenario({"seed": seed, "data": {"n_samples": n, "design": design_name, "grid_points": 31},
+                               "federation": {"num_clients": clients}, "basis": {"kind": "pooled", "n_components": 4},
+                               "privacy": {"mode": "total", "eps": 1.0, "delta": 1.0e-5}, "algorithm": algorithm}
+                              | extra)
 
 
 def test_total_budget_defaults_read_no_data_and_are_the_same_for_every_seed_and_design(monkeypatch):
@@ -29,13 +37,18 @@ def test_total_budget_defaults_read_no_data_and_are_the_same_for_every_seed_and_
 
     monkeypatch.setattr(design, "simulate_slice", no_data)
     monkeypatch.setattr(design, "simulate_partition", no_data)
-    resolved = set()
+    resolved, newton = set(), set()
     for seed in [*range(20), 1000, 1001, 123456]:
         for name in DESIGNS:
             for clients in (10, 50):
                 sc = total(name, seed, clients, n=100_000)
                 resolved.add((sc.algorithm.model_dump_json(), sc.model.clip_shape, sc.model.clip_c1))
-    assert len(resolved) == 1
+                unset = total(name, seed, clients, n=100_000, rule=None)  # the schema's rule: the same for all
+                newton.add((unset.algorithm.model_dump_json(), unset.model.clip_shape, unset.model.clip_c1))
+    assert len(resolved) == 1 and len(newton) == 1
+    newton_algorithm, *newton_clip = newton.pop()
+    assert '"rule":"newton"' in newton_algorithm and tuple(newton_clip) == (TOTAL_BUDGET_CLIP["clip_shape"],
+                                                                             TOTAL_BUDGET_CLIP["clip_c1"])
     algorithm, shape, radius = resolved.pop()
     assert (shape, radius) == (TOTAL_BUDGET_CLIP["clip_shape"], TOTAL_BUDGET_CLIP["clip_c1"])
     sc = total()

@@ -169,21 +169,26 @@ def test_fit_without_privacy_says_cap_at_its_cap(data):
 
 
 # ---------------------------------------------------------------- one set of privacy-off defaults
-@pytest.mark.parametrize("clip_shape", ["sphere", "ellipsoid"])
-def test_fit_and_run_share_the_privacy_off_defaults(data, tmp_path, clip_shape):
-    """fit(eps=None) and a privacy-off scenario that sets no schedule resolve to the same algorithm section
-    (config.privacy_off_schedule + the residual stop), whatever the clip."""
+@pytest.mark.parametrize("clip_shape,basis,rule", [("sphere", "cosine", None), ("ellipsoid", "pooled", "admm"),
+                                                    ("ellipsoid", "pooled", None)])
+def test_fit_and_run_share_the_privacy_off_defaults(data, tmp_path, clip_shape, basis, rule):
+    """fit(eps=None) and a privacy-off scenario that sets no schedule resolve to the same algorithm section,
+    whatever the clip: the same rule (the Newton rule with an FPCA basis, the ADMM rule with a fixed one) and,
+    under the ADMM rule, config.privacy_off_schedule + the residual stop."""
     train, _ = data
-    basis = "pooled" if clip_shape == "ellipsoid" else "cosine"
     model = fdp_flower.fit(train.curves, train.response, grid=GRID, eps=None, n_clients=3, basis=basis,
                            n_components=4, clip_shape=clip_shape, clip=4.0 if clip_shape == "ellipsoid" else 3.0,
-                           reference=False, rounds=None)
-    yaml_way = parse_scenario({**TINY, "basis": {"kind": "pooled", "n_components": 4},
-                               "model": {"clip_shape": clip_shape, "clip_c1": 4.0},
-                               "privacy": {"enabled": False}})
+                           reference=False, rounds=None, rule=rule)
+    section = {"kind": "pooled", "n_components": 4} if basis == "pooled" else \
+        {"kind": "fixed", "family": basis, "n_components": 4}
+    yaml_way = parse_scenario({**TINY, "basis": section, "model": {"clip_shape": clip_shape, "clip_c1": 4.0},
+                               "privacy": {"enabled": False}, **({"algorithm": {"rule": rule}} if rule else {})})
     fitted = model.scenario.algorithm
-    for key in ("rounds", "step", "step_units", "estimator", "rho_rule", "stopping"):
+    for key in ("rule", "rounds", "step", "step_units", "estimator", "rho_rule", "stopping"):
         assert getattr(fitted, key) == getattr(yaml_way.algorithm, key), key
+    if fitted.rule == "newton":
+        assert basis == "pooled" and rule is None and fitted.rounds == 30 and len(model.history) == 30
+        return
     expected = privacy_off_schedule(clip_shape)
     assert fitted.rounds == expected["rounds"] and fitted.step.model_dump() == expected["step"]
     assert fitted.stopping.kind == "residuals" and fitted.rho_rule.kind == "residual_balancing"

@@ -43,6 +43,7 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
     # before the first release, not after training: writable, no other run in it, no other writer (a lock)
     claim_output_dir(out_dir, resume=resume is not None)
     args.results_dir = out_dir  # where the run writes (the plot goes there too)
+    print(f"rule: {getattr(scenario.algorithm, 'rule', 'admm')}, {rounds} rounds", flush=True)
     if resume is None:  # what the setting can support, said before training (written to summary.json too)
         from fdp_flower.algorithms.fdp_admm.plan import partition_sizes
         from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section

@@ -72,7 +72,8 @@ class SweepConfig(BaseModel):
                              "algorithm.estimator (all post-processing, free)")
     engine: Literal["batched", "inprocess"] = Field(
         "batched", description="batched: configurations sharing data advance together "
-                               "(fdp_flower.engines.batched); inprocess: one run_fdp_admm per run")
+                               "(fdp_flower.engines.batched; algorithm.rule newton runs go one by one through "
+                               "run_fdp_admm); inprocess: one run_fdp_admm per run")
     workers: int | None = Field(None, ge=1, le=256, description="worker processes (null: the CPU count, "
                                                                 "at most the number of repetitions)")
     history: bool = Field(True, description="keep per-round MISE and privacy spent (mean over repetitions)")
@@ -203,18 +204,23 @@ def _run_unit(unit: list[Scenario], engine: str, history: bool,
     """Run the scenarios of one unit (whole data groups for batched, which then share one
     noise-plan cache; single runs for inprocess)."""
     _limit_threads()
-    if engine == "batched":
+    out: dict[int, tuple[dict, dict]] = {}
+    # the Newton rule's runs go one by one through the in-process engine (the batched engine is the ADMM rule's)
+    alone = [i for i, sc in enumerate(unit) if engine != "batched" or getattr(sc.algorithm, "rule", "admm") != "admm"]
+    together = [i for i in range(len(unit)) if i not in set(alone)]
+    if together:
         from fdp_flower.engines.batched import run_batched
 
-        return [_compact(r.final, r.history) for r in run_batched(unit, history=history,
-                                                                  plan_cache={} if plan_cache is None else plan_cache)]
-    from fdp_flower.engines.inprocess import run_fdp_admm
+        results = run_batched([unit[i] for i in together], history=history,
+                              plan_cache={} if plan_cache is None else plan_cache)
+        out.update({i: _compact(r.final, r.history) for i, r in zip(together, results)})
+    if alone:
+        from fdp_flower.engines.inprocess import run_fdp_admm
 
-    out = []
-    for sc in unit:
-        res = run_fdp_admm(sc, with_reference=False)
-        out.append(_compact(res.history[-1], res.history if history else []))
-    return out
+        for i in alone:
+            res = run_fdp_admm(unit[i], with_reference=False)
+            out[i] = _compact(res.history[-1], res.history if history else [])
+    return [out[i] for i in range(len(unit))]
 
 
 #: Finished runs of a sweep, one JSON line each, appended as they complete (``--resume`` reads it).

@@ -346,7 +346,8 @@ def summarize(result, privacy: dict | None = None) -> dict:
     sc = result.scenario
     final = result.history[-1] if result.history else {}
     summary = {
-        "name": sc.name, "engine": result.engine, "stop_reason": result.stop_reason,
+        "name": sc.name, "engine": result.engine, "rule": getattr(sc.algorithm, "rule", "admm"),
+        "stop_reason": result.stop_reason,
         "rounds_completed": len(result.history), "rounds_planned": sc.algorithm.rounds,
         "final": final,
         "final_global_w": result.state.global_w.tolist(),

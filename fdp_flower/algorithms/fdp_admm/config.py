@@ -106,7 +106,10 @@ class FDPADMMConfig(_Frozen):
                             "(rho, step, step_units, estimator, rho_rule, stopping apply); newton -- Newton steps in "
                             "the public metric of the basis's score variances with released residual densities, "
                             "dual averaging, a private location/scale search inside response_bounds and an "
-                            "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set)")
+                            "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set). "
+                            "Unset: newton with the quantile loss, privacy off or privacy.mode total, a pooled or "
+                            "federated_dp basis and none of step, step_units, estimator, rho_rule, stopping set; "
+                            "else admm")
     response_bounds: tuple[float, float] | None = Field(
         None, min_length=2, max_length=2, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
                           "data.response_offset / response_scale) that every site declares; the private "
@@ -172,6 +175,48 @@ def privacy_off_schedule(clip_shape: str, *, step_given: bool = False) -> dict[s
     ``step_units`` only together with the default step (a step the scenario gives is in its own units)."""
     defaults = TOTAL_BUDGET_DEFAULTS if clip_shape == "ellipsoid" else SPHERE_TOTAL_BUDGET_DEFAULTS
     return {k: v for k, v in defaults.items() if not (step_given and k == "step_units")}
+
+
+#: FDP-ADMM fields only the ADMM rule reads: a scenario that sets one of them keeps ``rule: admm`` by default
+ADMM_ONLY_FIELDS = ("step", "step_units", "estimator", "rho_rule", "stopping")
+
+
+def _section(data: dict[str, Any], name: str) -> Any:
+    return data.get(name, {})
+
+
+def _field(section: Any, name: str, default: Any) -> Any:
+    return section.get(name, default) if isinstance(section, dict) else getattr(section, name, default)
+
+
+def default_rule(data: dict[str, Any]) -> str:
+    """The rule of an FDP-ADMM scenario that leaves ``algorithm.rule`` unset: ``newton`` when its settings allow the
+    Newton rule -- the quantile loss; privacy off, or one total budget with ``privacy.trust: site``; a basis that
+    publishes score variances (``pooled``, ``federated_dp``; a ``provided`` basis is not read here, so it asks
+    for the rule by name); no failure injection; none of :data:`ADMM_ONLY_FIELDS` set; enough rounds for its
+    schedule (:func:`~fdp_flower.algorithms.fdp_admm.newton.schedule_kinds`) -- else ``admm`` (the paper's rule,
+    and every per-round scenario).  Reads the scenario only, never data."""
+    from fdp_flower.algorithms.fdp_admm.newton import schedule_kinds
+
+    algorithm, model, privacy = _section(data, "algorithm"), _section(data, "model"), _section(data, "privacy")
+    loss = _field(model, "loss", {})
+    enabled = _field(privacy, "enabled", True)
+    basis_kind = _field(_section(data, "basis"), "kind", "pooled")
+    failure_rate = _field(_section(data, "faults"), "failure_rate", 0.0)
+    if _field(loss, "kind", "quantile") != "quantile" or basis_kind not in BASES_WITH_SCORE_VARIANCES:
+        return "admm"
+    if enabled is not False and (_field(privacy, "mode", "per_round") != "total"
+                                 or _field(privacy, "trust", "site") != "site"):
+        return "admm"
+    if any(key in algorithm for key in ADMM_ONLY_FIELDS) or failure_rate not in (0, 0.0, None):
+        return "admm"
+    rounds = algorithm.get("rounds", NEWTON_DEFAULTS["rounds"])
+    try:
+        schedule_kinds(int(rounds), intercept=bool(_field(model, "intercept", False)),
+                       bounds=algorithm.get("response_bounds") is not None, private=enabled is not False)
+    except (TypeError, ValueError):
+        return "admm"  # too few rounds (or not a number: the schema's own error follows)
+    return "newton"
 
 
 class NewtonBoundsWarning(UserWarning):
@@ -296,6 +341,19 @@ class Scenario(_Frozen):
         algorithm = data["algorithm"]
         unset = {k: v for k, v in NEWTON_DEFAULTS.items() if k not in algorithm}
         return {**data, "algorithm": {**algorithm, **unset}} if unset else data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_rule(cls, data: Any) -> Any:
+        """An unset ``algorithm.rule`` (FDP-ADMM): ``newton`` where the scenario allows it
+        (:func:`default_rule`), else ``admm``.  Defined last, so it runs before the other "before" validators,
+        which then see the rule written out (never overrides a given value)."""
+        if not isinstance(data, dict):
+            return data
+        algorithm = data.get("algorithm", {})
+        if not isinstance(algorithm, dict) or algorithm.get("kind", "fdp_admm") != "fdp_admm" or "rule" in algorithm:
+            return data
+        return {**data, "algorithm": {**algorithm, "rule": default_rule(data)}}
 
     @model_validator(mode="after")
     def _newton_needs(self):
