@@ -388,7 +388,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         lam: float = 0.05, rounds: int | None = None, basis="cosine", n_components: int = 10,
         clip: float = 3.0, clip_shape: str = "sphere", intercept: bool = True, intercept_share: float = 0.5,
         response_offset: float | None = None, response_scale: float | None = None, response_bounds=None,
-        rho: float = 0.1, step: float | None = None, estimator: str | None = None,
+        rho: float | None = None, step: float | None = None, estimator: str | None = None,
         basis_eps: float | None = None, basis_delta: float | None = None, seed: int = 0,
         noise_source: str = "seeded", trust: str = "site", tolerated: int = 0,
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
@@ -447,8 +447,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         width.  Defaults (None): with ``eps=None`` the pooled median and IQR / 1.349 of y (exact, nothing is
         private); with privacy on, from ``response_bounds`` if given, else 0 and 1 (the fit is then in the
         response's own units and is not scale-free: declare bounds).
-    rho, step, estimator : float, float or None, str or None
-        ADMM penalty (default 0.1); a constant step eta (default: 3.0; Zhou & Xiang's (2022) Theorem 2 step in
+    rho, step, estimator : float or None, float or None, str or None
+        The ADMM rule's settings (giving one asks for that rule): the ADMM penalty (default: the schema's 0.1);
+        a constant step eta (default: 3.0; Zhou & Xiang's (2022) Theorem 2 step in
         per_round mode); the released estimator "last", "average" or "tail_average" (default:
         tail_average, the mean of the last half of the global iterates; last in per_round mode).
     seed : int
@@ -482,7 +483,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         calibrated intercept, after a private location/scale search inside ``response_bounds`` (needed with
         privacy on for the search; without them the fit runs in the response's own units).  Default None: the
         scenario schema's choice, the same as ``fdp-flower run`` -- "newton" with an FPCA basis ("fpca",
-        "pooled") and eps=None or privacy="total" unless ``step`` or ``estimator`` is given, else "admm".
+        "pooled") and eps=None or privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
     noncrossing : bool
         Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
         Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).
@@ -539,7 +540,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
                               "response_scale": scale}
         # the schedule a call leaves unset comes from the scenario schema (privacy off:
         # config.privacy_off_schedule, the same defaults as `fdp-flower run`)
-        algorithm: dict[str, Any] = {"kind": "fdp_admm", "rho": rho}
+        algorithm: dict[str, Any] = {"kind": "fdp_admm", **({} if rho is None else {"rho": rho})}
         if rule not in (None, "admm", "newton"):
             raise InputError(f"rule: expected 'admm', 'newton' or None, got {rule!r}")
         if rule is not None:

@@ -114,7 +114,7 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
         Number of simulated sites the rows are split over (default: 10); or ``client_ids`` in ``fit``.
     basis, n_components, clip, clip_shape, intercept_share, response_offset, response_scale, rho, step, rounds,
     estimator, basis_eps, basis_delta, noise_source :
-        As in :func:`fdp_flower.fit` (defaults: "cosine", 10, 3.0, "sphere", 0.5, None, None, 0.1, None, None,
+        As in :func:`fdp_flower.fit` (defaults: "cosine", 10, 3.0, "sphere", 0.5, None, None, None, None, None,
         None, None, None, "seeded"; ``response_offset`` / ``response_scale`` None: without privacy the
         response's median and IQR / 1.349, with privacy 0 and 1 -- the fitted quantiles move with the response's
         location and scale).
@@ -154,7 +154,7 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
                  n_clients: int = 10, basis="cosine", n_components: int = 10, clip: float = 3.0,
                  clip_shape: str = "sphere", fit_intercept: bool = True, intercept_share: float = 0.5,
                  response_offset: float | None = None,
-                 response_scale: float | None = None, rho: float = 0.1, step: float | None = None,
+                 response_scale: float | None = None, rho: float | None = None, step: float | None = None,
                  rounds: int | None = None,
                  estimator: str | None = None, basis_eps: float | None = None, basis_delta: float | None = None,
                  noise_source: str = "seeded", grid=None, random_state: int = 0, accountant=None):

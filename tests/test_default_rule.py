@@ -29,7 +29,7 @@ def rule_of(data) -> str:
 
 
 TOTAL = {"enabled": True, "mode": "total", "eps": 1.0, "delta": 1e-5}
-ADMM_VALUES = {"step": {"kind": "constant", "eta0": 1.0}, "step_units": "absolute", "estimator": {"kind": "last"},
+ADMM_VALUES = {"rho": 0.3, "step": {"kind": "constant", "eta0": 1.0}, "step_units": "absolute", "estimator": {"kind": "last"},
                "rho_rule": {"kind": "fixed"}, "stopping": {"kind": "cap"}}
 
 

@@ -108,8 +108,8 @@ class FDPADMMConfig(_Frozen):
                             "dual averaging, a private location/scale search inside response_bounds and an "
                             "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set). "
                             "Unset: newton with the quantile loss, privacy off or privacy.mode total, a pooled or "
-                            "federated_dp basis and none of step, step_units, estimator, rho_rule, stopping set; "
-                            "else admm")
+                            "federated_dp basis and none of rho, step, step_units, estimator, rho_rule, stopping "
+                            "set; else admm")
     response_bounds: tuple[float, float] | None = Field(
         None, min_length=2, max_length=2, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
                           "data.response_offset / response_scale) that every site declares; the private "
@@ -178,7 +178,7 @@ def privacy_off_schedule(clip_shape: str, *, step_given: bool = False) -> dict[s
 
 
 #: FDP-ADMM fields only the ADMM rule reads: a scenario that sets one of them keeps ``rule: admm`` by default
-ADMM_ONLY_FIELDS = ("step", "step_units", "estimator", "rho_rule", "stopping")
+ADMM_ONLY_FIELDS = ("rho", "step", "step_units", "estimator", "rho_rule", "stopping")
 
 
 def _section(data: dict[str, Any], name: str) -> Any:
