@@ -483,7 +483,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         calibrated intercept, after a private location/scale search inside ``response_bounds`` (needed with
         privacy on for the search; without them the fit runs in the response's own units).  Default None: the
         scenario schema's choice, the same as ``fdp-flower run`` -- "newton" with an FPCA basis ("fpca",
-        "pooled") and eps=None or privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
+        "pooled", a FunctionalBasis with eigenvalues) and eps=None or privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
     noncrossing : bool
         Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
         Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).

@@ -131,3 +131,46 @@ def test_the_sweep_runs_newton_scenarios_through_the_in_process_engine(tmp_path)
     from fdp_flower.engines.batched import run_batched
 
     assert final_a["mise"] == run_batched([admm], history=False)[0].final["mise"]
+
+
+def test_a_provided_basis_gets_the_newton_rule_when_its_file_carries_eigenvalues(tmp_path):
+    """Only the names of the .npz's members are read: with ``eigenvalues`` (an FPCA of a public pilot sample) the
+    basis publishes score variances; without them, or unreadable, the ADMM rule."""
+    from fdp_flower.functional import design
+    from fdp_flower.functional.fpca import fit_pooled_fpca
+
+    grid = design.default_grid(40)
+    pilot = design.simulate_slice(9, 0, 300, tau=0.5, grid=grid)
+    basis = fit_pooled_fpca(pilot.curves, grid, n_components=4)
+    arrays = basis.to_arrays()
+    with_eig, without = tmp_path / "fpca.npz", tmp_path / "plain.npz"
+    np.savez(with_eig, **arrays)
+    np.savez(without, **{k: v for k, v in arrays.items() if k != "eigenvalues"})
+    (tmp_path / "broken.npz").write_bytes(b"not a zip")
+    for path, rule in ((with_eig, "newton"), (without, "admm"), (tmp_path / "broken.npz", "admm"),
+                       (tmp_path / "missing.npz", "admm")):
+        assert rule_of(base(basis={"kind": "provided", "path": str(path)})) == rule, path.name
+    # fit with a FunctionalBasis that has eigenvalues: the same choice
+    from fdp_flower import fit
+
+    data = design.simulate_slice(5, 0, 600, tau=0.5, grid=grid)
+    model = fit(data.curves, data.response, grid=grid, eps=None, basis=basis, n_clients=3, reference=False)
+    assert model.scenario.algorithm.rule == "newton" and len(model.history) == 30
+
+
+def test_a_total_budget_sweep_that_sets_no_rule_runs_and_writes_its_results(tmp_path):
+    """A sweep file of total-budget runs with an FPCA basis (the Newton rule by default) over a privacy grid that
+    includes privacy off: every configuration resolves its own rule, runs, and the results are written."""
+    from fdp_flower.engines.sweep import parse_sweep, run_sweep, write_sweep_results
+
+    data = {**base(privacy=TOTAL, algorithm={"response_bounds": [-20.0, 20.0]}),
+            "sweep": {"repetitions": 2, "grid": {"privacy.enabled": [True, False]}}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = parse_sweep(data, "sweep")
+    assert [sc.algorithm.rule for _, sc in spec.configs] == ["newton", "newton"]
+    result = run_sweep(spec, workers=1, progress=False)
+    assert len(result.runs) == 4 and all(np.isfinite(r["estimate_mise"]) for r in result.runs)
+    out = write_sweep_results(result, tmp_path / "sweep", plots=False)
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["configs"]) == 2 and (out / "runs.csv").stat().st_size > 0

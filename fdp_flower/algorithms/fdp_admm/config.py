@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from fdp_flower.config.base import (
@@ -107,8 +108,8 @@ class FDPADMMConfig(_Frozen):
                             "the public metric of the basis's score variances with released residual densities, "
                             "dual averaging, a private location/scale search inside response_bounds and an "
                             "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set). "
-                            "Unset: newton with the quantile loss, privacy off or privacy.mode total, a pooled or "
-                            "federated_dp basis and none of rho, step, step_units, estimator, rho_rule, stopping "
+                            "Unset: newton with the quantile loss, privacy off or privacy.mode total, a pooled, "
+                            "federated_dp or provided basis with eigenvalues and none of rho, step, step_units, estimator, rho_rule, stopping "
                             "set; else admm")
     response_bounds: tuple[float, float] | None = Field(
         None, min_length=2, max_length=2, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
@@ -189,13 +190,26 @@ def _field(section: Any, name: str, default: Any) -> Any:
     return section.get(name, default) if isinstance(section, dict) else getattr(section, name, default)
 
 
+def _provided_eigenvalues(path: Any) -> bool:
+    """Whether the provided basis file at ``path`` carries score variances (an ``eigenvalues`` array): the names
+    of the .npz's members only, no data; False when it cannot be read (the run then stops at the basis)."""
+    if not isinstance(path, str):
+        return False
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return "eigenvalues" in npz.files
+    except (OSError, ValueError, EOFError):
+        return False
+
+
 def default_rule(data: dict[str, Any]) -> str:
     """The rule of an FDP-ADMM scenario that leaves ``algorithm.rule`` unset: ``newton`` when its settings allow the
     Newton rule -- the quantile loss; privacy off, or one total budget with ``privacy.trust: site``; a basis that
-    publishes score variances (``pooled``, ``federated_dp``; a ``provided`` basis is not read here, so it asks
-    for the rule by name); no failure injection; none of :data:`ADMM_ONLY_FIELDS` set; enough rounds for its
-    schedule (:func:`~fdp_flower.algorithms.fdp_admm.newton.schedule_kinds`) -- else ``admm`` (the paper's rule,
-    and every per-round scenario).  Reads the scenario only, never data."""
+    publishes score variances (``pooled``, ``federated_dp``, or a ``provided`` file with ``eigenvalues``, e.g. an
+    FPCA of a public pilot sample; only the names of its members are read); no failure injection; none of
+    :data:`ADMM_ONLY_FIELDS` set; enough rounds for its schedule
+    (:func:`~fdp_flower.algorithms.fdp_admm.newton.schedule_kinds`) -- else ``admm`` (the paper's rule, and every
+    per-round scenario).  Reads the scenario only, never data."""
     from fdp_flower.algorithms.fdp_admm.newton import schedule_kinds
 
     algorithm, model, privacy = _section(data, "algorithm"), _section(data, "model"), _section(data, "privacy")
@@ -203,7 +217,12 @@ def default_rule(data: dict[str, Any]) -> str:
     enabled = _field(privacy, "enabled", True)
     basis_kind = _field(_section(data, "basis"), "kind", "pooled")
     failure_rate = _field(_section(data, "faults"), "failure_rate", 0.0)
-    if _field(loss, "kind", "quantile") != "quantile" or basis_kind not in BASES_WITH_SCORE_VARIANCES:
+    if basis_kind == "provided":
+        if not _provided_eigenvalues(_field(_section(data, "basis"), "path", None)):
+            return "admm"
+    elif basis_kind not in BASES_WITH_SCORE_VARIANCES:
+        return "admm"
+    if _field(loss, "kind", "quantile") != "quantile":
         return "admm"
     if enabled is not False and (_field(privacy, "mode", "per_round") != "total"
                                  or _field(privacy, "trust", "site") != "site"):
