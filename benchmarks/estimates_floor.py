@@ -270,6 +270,20 @@ def main() -> None:
         if spent:
             line += f"; eps spent (PLD) {min(spent):.6f} to {max(spent):.6f} of 1"
         lines.append(line)
+        today = {(c["design"], c["tau"], c["penalty"], c["M"]): c for c in summary if c["variant"] == "today"}
+        worse = []  # item 6: equal or better than today's 120-round ADMM schedule, cell by cell
+        for c in cells:
+            t = today.get((c["design"], c["tau"], c["penalty"], c["M"]))
+            if t is not None and c["cost"] > t["cost"]:
+                se = math.hypot(c["cost_se"], t["cost_se"])
+                worse.append(f"{c['design']} tau {c['tau']:g} {c['penalty']} M = {c['M']}: {c['cost']:.3f} vs "
+                             f"{t['cost']:.3f}, {(c['cost'] - t['cost']) / se:.2f} combined se" if se > 0 else
+                             f"{c['design']} tau {c['tau']:g} {c['penalty']} M = {c['M']}: {c['cost']:.3f} vs "
+                             f"{t['cost']:.3f}")
+        if today:
+            lines.append(f"- {v} against today (the ADMM rule's 120 rounds): equal or lower cost in "
+                         f"{len(cells) - len(worse)} of {len(cells)} cells"
+                         + (f"; higher in {'; '.join(worse)}" if worse else ""))
     text = "\n".join(lines) + "\n"
     (out / (runs.stem + ".md")).write_text(text)
     (out / (runs.stem + ".json")).write_text(json.dumps(summary, indent=1))
