@@ -178,10 +178,9 @@ def test_newton_refuses_what_it_cannot_run_in_one_line():
 
     with pytest.raises(ValueError, match="inprocess engine for 'newton'"):
         _check_supported(scenario())
-    from fdp_flower.engines.audit import protocol_for
+    from fdp_flower.engines.audit import NewtonAuditProtocol, protocol_for
 
-    with pytest.raises(ValueError, match="not replayed yet"):  # never the ADMM transcript under a Newton ledger
-        protocol_for(scenario())
+    assert isinstance(protocol_for(scenario()), NewtonAuditProtocol)  # never the ADMM transcript under a Newton ledger
     with pytest.raises(ScenarioError, match="exactly|at most 2"):
         scenario(bounds=(1.0, 2.0, 3.0))
     from fdp_flower.algorithms.fdp_admm.config import NewtonBoundsWarning
@@ -354,3 +353,52 @@ def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, 
     write_checkpoint(tmp_path / "old.npz", ck)
     with pytest.raises(ValueError, match="no Newton-rule server state"):
         run_fdp_admm(sc, with_reference=False, resume=read_checkpoint(tmp_path / "old.npz"))
+
+
+def _small_audit(bounds=(-20.0, 20.0)):
+    from fdp_flower.engines.audit import audit_protocol, protocol_for
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bounds None: NewtonBoundsWarning
+        sc = scenario(bounds=bounds, n=400, clients=4)
+    protocol = protocol_for(sc)
+    return sc, protocol, audit_protocol(protocol, transcripts=3, lr_trials=30)
+
+
+@pytest.mark.parametrize("bounds", [(-20.0, 20.0), None], ids=["bounds", "no_bounds"])
+def test_the_audit_replays_a_newton_transcript_and_it_passes(bounds):
+    """``fdp-flower audit`` on the Newton rule: all 30 steps (every release kind) within their calibrated
+    sensitivity on every neighbour pair, the transcript's KL within its zCDP budget, the likelihood-ratio bound below
+    the accounted eps, and the site function's noise and sensitivity as its ledger says."""
+    sc, protocol, report = _small_audit(bounds)
+    assert report.passed, "\n".join(report.failures)
+    assert report.steps == sc.algorithm.rounds == 30
+    kinds = [protocol.schedule.kind(t) for t in range(1, 31)]
+    canary = next(p for p in report.pairs if p.label == "canary replace-one")
+    assert np.all(canary.ratio <= 1 + 1e-9)
+    if bounds is not None:  # the canary is chosen at step 1, a quartile release: opposite responses, which also
+        # attain the calibration's shares
+        tight = [t for t, kind in enumerate(kinds) if kind in (N.QUARTILES, N.SHARE)]
+        np.testing.assert_allclose(canary.ratio[tight], 1.0, atol=1e-9)
+    assert set(kinds) == ({N.QUARTILES} if bounds else set()) | {N.TERM, N.DENSITY, N.SHARE}
+    # the accounted eps of the audited releases is the run's (one Gaussian of the schedule's mu)
+    assert 0.97 <= report.eps_accounted["replace_one"] <= 1.0
+    assert report.lr_test.eps_lower <= report.eps_accounted["replace_one"]
+
+
+@pytest.mark.parametrize("kind,message", [(N.QUARTILES, "measured sensitivity"), (N.DENSITY, "measured sensitivity"),
+                                          (N.SHARE, "measured sensitivity")])
+def test_the_audit_fails_a_site_that_understates_a_newton_release(monkeypatch, kind, message):
+    """A third of one kind's true sensitivity (the ledger and the noise follow it): the audit names the step."""
+    from fdp_flower.algorithms.fdp_admm import newton as newton_module
+
+    true = newton_module.release_sensitivity
+
+    def understated(k, m, **kw):
+        return true(k, m, **kw) / (3.0 if k == kind else 1.0)
+
+    monkeypatch.setattr(newton_module, "release_sensitivity", understated)
+    _sc, protocol, report = _small_audit()
+    assert not report.passed
+    steps = [t for t in range(1, 31) if protocol.schedule.kind(t) == kind]
+    assert any(message in f and f"step {t}:" in f for f in report.failures for t in steps), report.failures

@@ -94,6 +94,10 @@ class _Protocol:
     scales: np.ndarray | None = None
     logistic: bool = False
 
+    def mechanism_at(self, step: int) -> str:
+        """The ledger mechanism of the release at ``step`` (its add/remove conversion)."""
+        return self.mechanism
+
     def party(self) -> PartyData:
         """The audited party's real rows."""
         raise NotImplementedError
@@ -205,15 +209,6 @@ AGGREGATED_TRUST_REFUSAL = {
 }
 
 
-#: Why the membership audit refuses FDP-ADMM's Newton rule (one line; docs/privacy.md): its transcript mixes four
-#: release kinds whose sensitivities depend on the server's public choices (thresholds, bandwidths)
-NEWTON_AUDIT_REFUSAL = (
-    "the membership audit replays the ADMM rule's data-term transcript; algorithm.rule 'newton' mixes four release "
-    "kinds (quantile shares, data terms, residual densities, residual shares) and is not replayed yet (each "
-    "kind's sensitivity and noise are measured release by release instead: docs/privacy.md, 'The Newton "
-    "rule's releases'); audit the same scenario with rule 'admm' for the data term")
-
-
 class FDPADMMProtocol(_Protocol):
     """FDP-ADMM: client ``party`` of the server-coordinated federation (release: its noisy descent term
     at the point the server names, :mod:`fdp_flower.algorithms.fdp_admm.site`; the public state advances
@@ -309,6 +304,135 @@ class FDPADMMProtocol(_Protocol):
             other[1:] = -row[1:]
             return [(row, other)]
         return super().feature_pairs(row)
+
+
+class NewtonAuditProtocol(FDPADMMProtocol):
+    """FDP-ADMM under the Newton rule (``algorithm.rule: newton``): client ``party``'s releases of the rule's
+    fixed schedule -- quartile shares, data terms, residual densities, residual shares -- at the public values the
+    real :class:`~fdp_flower.algorithms.fdp_admm.newton_protocol.NewtonServer` names from the transcript so far
+    (:meth:`~fdp_flower.algorithms.fdp_admm.newton_protocol.NewtonServer.request_values`; the public state is a
+    copy of that server, advanced by its own step, ``apply``, on every party's release).
+
+    Each step is audited in its own noise metric: the data term in the clip's noise shape, the other kinds in
+    plain units.  A density (1/m) #{|y - a.w| <= h} / (2h) is audited times its public 2h, i.e. as the share
+    (1/m) #{|y - a.w| <= h} with sensitivity 1/m and sigma z_l / m: the bandwidth is the server's (it follows the
+    noisy curvature), and scaling a release by a public constant changes neither its privacy loss nor the
+    test, while the calibration stays the same on every transcript."""
+
+    def __init__(self, scenario, party: int = 0):
+        from fdp_flower.algorithms.fdp_admm.newton_protocol import NewtonServer
+        from fdp_flower.algorithms.fdp_admm.plan import site_plan
+        from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
+
+        super().__init__(scenario, party)
+        sizes, basis, *_ = simulation_setup(scenario, with_reference=False)
+        self.site_plan = site_plan(scenario, basis, sizes)
+        self.schedule = self.site_plan.schedule
+        self.server = NewtonServer(scenario, basis, sizes)
+        self.noise_shape = self.site_plan.scales
+        self._step = 1
+        self.name = f"FDP-ADMM, Newton rule ({scenario.model.clip_shape} clip)"
+
+    # the schedule's kind of the step being audited sets the noise metric (a term: the clip's shape)
+    @property
+    def scales(self):
+        from fdp_flower.algorithms.fdp_admm import newton as N
+
+        return self.noise_shape if self.schedule.kind(self._step) == N.TERM else None
+
+    @scales.setter
+    def scales(self, value) -> None:  # FDPADMMProtocol.__init__ sets the ADMM rule's shape; the kind decides here
+        self.noise_shape = value
+
+    def mechanism_at(self, step: int) -> str:
+        from fdp_flower.algorithms.fdp_admm import newton as N
+        from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS
+
+        kind = self.schedule.kind(step)
+        return MECHANISM if kind == N.TERM else NEWTON_MECHANISMS[kind]
+
+    def start(self):
+        return self.server
+
+    def _values(self, public, step: int) -> dict:
+        """The public values of step ``step``'s request at ``public`` (a state without a released model -- the
+        start -- names its current point for a calibration share)."""
+        from fdp_flower.algorithms.fdp_admm import newton as N
+
+        kind = self.schedule.kind(step)
+        if kind == N.SHARE and public.model is None:
+            return {"point": public.raw(public.x)}
+        return public.request_values(kind)
+
+    def release(self, public, hidden, data, step):
+        from fdp_flower.algorithms.fdp_admm import newton as N
+        from fdp_flower.algorithms.fdp_admm.site import SiteData, mean_loss_terms
+
+        self._step = step
+        kind = self.schedule.kind(step)
+        values = self._values(public, step)
+        if kind == N.QUARTILES:
+            return N.quartile_shares(data.response, values["thresholds"]), None
+        if kind == N.TERM:
+            site = SiteData.stack([self.c], [data.features], [data.response])
+            return -mean_loss_terms(self.site_plan.loss, site, values["point"][None, :])[0], None
+        if kind == N.DENSITY:
+            h = float(values["bandwidth"][0])
+            return np.array([2.0 * h * N.residual_density(data.features, data.response, values["point"], h)]), None
+        if kind == N.SHARE:
+            return np.array([N.residual_share(data.features, data.response, values["point"])]), None
+        raise ValueError(f"step {step}: a {kind} release is not private (the audit needs privacy on)")
+
+    def calibration(self, step):
+        from fdp_flower.algorithms.fdp_admm import newton as N
+        from fdp_flower.algorithms.fdp_admm.site import newton_release_event
+
+        kind = self.schedule.kind(step)
+        # a density in units of its public 2h: the release_sensitivity of bandwidth 1/2, i.e. 1 / m
+        event = newton_release_event(kind, self.c, step, self.sizes[self.c], self.site_plan,
+                                     0.5 if kind == N.DENSITY else None)
+        return float(event.sensitivity), float(event.sigma)
+
+    def advance(self, public, released, hidden, step, rng):
+        import copy
+
+        from fdp_flower.algorithms.fdp_admm import newton as N
+        from fdp_flower.algorithms.fdp_admm.site import answer
+        from fdp_flower.algorithms.protocol import SiteRequest
+
+        kind = self.schedule.kind(step)
+        values = self._values(public, step)
+        mine = np.asarray(released, dtype=float)
+        if kind == N.DENSITY:
+            mine = mine / (2.0 * float(values["bandwidth"][0]))
+        requests = [SiteRequest(i, step, dict(values)) for i in self.others.clients]
+        replies = {self.c: mine}
+        for request, out in zip(requests, answer(requests, self.others, self.site_plan, lambda _events: rng)):
+            if isinstance(out, Exception):
+                raise out
+            replies[int(request.client)] = np.asarray(out.value, dtype=float)
+        server = copy.deepcopy(public)
+        server.apply(step, replies)
+        return server
+
+    def adversarial_states(self, row):
+        return []  # the public values of every kind are checked by the site (site_answer, adversarial mode)
+
+    @property
+    def public_names(self) -> tuple[str, ...]:
+        from fdp_flower.algorithms.fdp_admm.site import _NEWTON_KEYS
+
+        return tuple(sorted(_NEWTON_KEYS[self.schedule.kind(1)])) or ("point",)
+
+    def site_answer(self, public, data, step, noise, crafted=None):
+        from fdp_flower.algorithms.fdp_admm import site
+        from fdp_flower.algorithms.protocol import SiteRequest
+
+        self._step = step
+        values = {**self._values(public, step), **(crafted or {})}
+        held = site.SiteData.stack([self.c], [data.features], [data.response])
+        (out,) = site.answer([SiteRequest(self.c, step, values)], held, self.site_plan, noise)
+        return out
 
 
 class FederatedFPCAProtocol(_Protocol):
@@ -625,12 +749,12 @@ def protocol_for(scenario, *, party: int = 0, variant: str | None = None, fpca: 
         raise ValueError(f"party must be a client / node index in 0..{parties - 1}, got {party}")
     if variant is not None and record.name != "p2p":
         raise ValueError(f"variant {variant!r} applies to zcdp_nfl scenarios only")
-    if getattr(scenario.algorithm, "rule", "admm") == "newton" and not fpca:
-        raise ValueError(NEWTON_AUDIT_REFUSAL)
     if fpca:
         if record.name != "fdp_admm":
             raise ValueError("--fpca audits the federated DP-FPCA phase of an FDP-ADMM scenario")
         return FederatedFPCAProtocol(scenario, party)
+    if getattr(scenario.algorithm, "rule", "admm") == "newton":
+        return NewtonAuditProtocol(scenario, party)
     audited = resolve(record.audit)
     return audited(scenario, party) if variant is None else audited(scenario, party, variant)
 
@@ -648,7 +772,7 @@ def _calibrated(protocol: _Protocol, step: int, relation: str) -> tuple[float, f
     """(sensitivity under ``relation``, sigma) of the ledger event of the audited release."""
     sens, sigma = protocol.calibration(step)
     event = GaussianRelease(0, step, float(sens), float(sigma), neighbouring=protocol.relation,
-                            mechanism=protocol.mechanism)
+                            mechanism=protocol.mechanism_at(step))
     return event.under(relation).sensitivity, sigma
 
 

@@ -138,7 +138,9 @@ class NewtonServer(FDPADMMServer):
         return GaussianRelease(int(client), int(round_), float(sensitivity), float(sigma), mechanism=mechanism)
 
     # ------------------------------------------------------------------ the state machine
-    def _public(self, kind: str) -> dict:
+    def request_values(self, kind: str) -> dict:
+        """The public values of a ``kind`` request at the current state (no side effect): the thresholds of the
+        quartile search, the point (and for a density its bandwidth) of the fit, the calibration's point."""
         if kind == N.RANGE:
             return {}
         if kind == N.QUARTILES:
@@ -147,9 +149,14 @@ class NewtonServer(FDPADMMServer):
             return {"point": self.raw(self.x)}
         if kind == N.DENSITY:
             h = N.DENSITY_BANDWIDTHS[0] if self.densities == 0 else N.DENSITY_BANDWIDTHS[1] / self.curvature
-            self._bandwidth = float(h * self.scale)
-            return {"point": self.raw(self.x), "bandwidth": np.array([self._bandwidth])}
+            return {"point": self.raw(self.x), "bandwidth": np.array([float(h * self.scale)])}
         return {"point": self._calibration_point()}
+
+    def _public(self, kind: str) -> dict:
+        values = self.request_values(kind)
+        if kind == N.DENSITY:
+            self._bandwidth = float(values["bandwidth"][0])
+        return values
 
     def _plan(self, clients=None) -> RoundPlan | None:
         round_ = self.state.round + 1
@@ -189,13 +196,7 @@ class NewtonServer(FDPADMMServer):
         round_ = plan.round
         replied = np.array([i in accepted for i in range(self.num_clients)])
         self.check_quorum(replied, round_)
-        kind = self.schedule.kind(round_)
-        values = {i: np.asarray(r.value, float) for i, r in accepted.items()}
-        {N.RANGE: self._range, N.QUARTILES: self._quartiles, N.TERM: self._term, N.DENSITY: self._density,
-         N.SHARE: self._share}[kind](round_, values)
-        w = self.current_model
-        self.state = self.state.successor(w, np.zeros((self.num_clients, self.dim)),
-                                          np.broadcast_to(w, (self.num_clients, self.dim)).copy())
+        self.apply(round_, {i: np.asarray(r.value, float) for i, r in accepted.items()})
         row = {"round": round_, "curvature": self.curvature / self.scale,
                "location": self.location, "scale": self.scale}
         if self.evaluator is not None:
@@ -204,6 +205,16 @@ class NewtonServer(FDPADMMServer):
             row.update(privacy_columns(self.ledger, self.scenario.privacy.delta))
         row["failed_clients"] = int(self.num_clients - replied.sum())
         return row
+
+    def apply(self, round_: int, values: dict) -> None:
+        """The server's step on round ``round_``'s releases ``{client: value}`` (its kind's step below), and the
+        successor state with the current model."""
+        kind = self.schedule.kind(round_)
+        {N.RANGE: self._range, N.QUARTILES: self._quartiles, N.TERM: self._term, N.DENSITY: self._density,
+         N.SHARE: self._share}[kind](round_, values)
+        w = self.current_model
+        self.state = self.state.successor(w, np.zeros((self.num_clients, self.dim)),
+                                          np.broadcast_to(w, (self.num_clients, self.dim)).copy())
 
     # ------------------------------------------------------------------ each kind's server step
     def _range(self, round_: int, values: dict) -> None:
