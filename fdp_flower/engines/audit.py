@@ -224,7 +224,7 @@ class FDPADMMProtocol(_Protocol):
         if not scenario.privacy.enabled:
             raise ValueError("the audit needs privacy.enabled: true (nothing is calibrated otherwise)")
         sizes, basis, feats, resp, clipped, _ev = simulation_setup(scenario, with_reference=False)
-        self.scenario, self.c = scenario, party
+        self.scenario, self.c, self.basis, self.client_sizes = scenario, party, basis, list(sizes)
         self.sizes = np.asarray(sizes, dtype=float)
         self.feats, self.resp = feats, resp
         self.objective = build_objective(scenario)
@@ -322,13 +322,11 @@ class NewtonAuditProtocol(FDPADMMProtocol):
     def __init__(self, scenario, party: int = 0):
         from fdp_flower.algorithms.fdp_admm.newton_protocol import NewtonServer
         from fdp_flower.algorithms.fdp_admm.plan import site_plan
-        from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
 
         super().__init__(scenario, party)
-        sizes, basis, *_ = simulation_setup(scenario, with_reference=False)
-        self.site_plan = site_plan(scenario, basis, sizes)
+        self.site_plan = site_plan(scenario, self.basis, self.client_sizes)
         self.schedule = self.site_plan.schedule
-        self.server = NewtonServer(scenario, basis, sizes)
+        self.server = NewtonServer(scenario, self.basis, self.client_sizes)
         self.noise_shape = self.site_plan.scales
         self._step = 1
         self.name = f"FDP-ADMM, Newton rule ({scenario.model.clip_shape} clip)"
