@@ -109,8 +109,8 @@ class FDPADMMConfig(_Frozen):
                             "dual averaging, a private location/scale search inside response_bounds and an "
                             "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set). "
                             "Unset: newton with the quantile loss, privacy off or privacy.mode total, a pooled, "
-                            "federated_dp or provided basis with eigenvalues and none of rho, step, step_units, estimator, rho_rule, stopping "
-                            "set; else admm")
+                            "federated_dp or provided basis with eigenvalues and none of rho, step, step_units, "
+                            "estimator, rho_rule, stopping set; else admm")
     response_bounds: tuple[float, float] | None = Field(
         None, min_length=2, max_length=2, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
                           "data.response_offset / response_scale) that every site declares; the private "
