@@ -135,7 +135,7 @@ def package_row(design, tau, penalty, m, seed, cache, w_exact, exact_mise, floor
     from fdp_flower.engines.inprocess import run_fdp_admm
 
     algorithm = PACKAGE_VARIANTS[variant]
-    with warnings.catch_warnings():  # the default variant declares no bounds (NewtonBoundsWarning, said here)
+    with warnings.catch_warnings():  # the predicted-cost and mode warnings are said here, not per seed
         warnings.simplefilter("ignore")
         private = PC.scenario(design, m, penalty, tau, seed, algorithm=algorithm)
         plain = PC.scenario(design, m, penalty, tau, seed, eps=None, algorithm=algorithm)

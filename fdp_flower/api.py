@@ -42,7 +42,7 @@ from fdp_flower.outputs.models import (
 from fdp_flower.privacy.accountant import BudgetExceeded, PrivacyAccountant  # noqa: E402,F401  (re-exported)
 
 __all__ = ["fit", "fit_gradient", "fit_p2p", "load", "load_results", "FunctionalModel", "TabularModel",
-           "PrivacyReport"]
+           "PrivacyReport", "ResponseUnitsWarning"]
 
 #: fixed (data-independent) bases accepted by name
 FIXED_BASES = ("cosine", "bspline", "fourier")
@@ -53,6 +53,12 @@ PRE_BASIS_SIZE = 30
 
 class InputError(ValueError):
     """Input the API cannot use; the message is one line naming the argument."""
+
+
+class ResponseUnitsWarning(UserWarning):
+    """A private :func:`fit` by the ADMM rule with nothing declared about the response (no bounds, offset or
+    scale): it runs in the response's own units, and its quantile levels are off for a response far from 0 or
+    with a spread far from 1 (the Newton rule finds the location and scale privately)."""
 
 
 # ---------------------------------------------------------------- inputs
@@ -445,8 +451,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         back, so the fitted quantiles of c + s y are c + s times those of y.  ``response_bounds``: bounds the
         sites declare for y (public; nothing is clipped): offset = their centre, scale = a quarter of their
         width.  Defaults (None): with ``eps=None`` the pooled median and IQR / 1.349 of y (exact, nothing is
-        private); with privacy on, from ``response_bounds`` if given, else 0 and 1 (the fit is then in the
-        response's own units and is not scale-free: declare bounds).
+        private); with privacy on, from ``response_bounds`` if given, else 0 and 1.  With privacy on and no
+        bounds the Newton rule finds the location and scale itself (a charged private quartile search in
+        asinh(y) for |y| up to 1e7, docs/algorithms.md section 1.3); the ADMM rule then fits in the
+        response's own units (not scale-free: declare bounds or an offset and scale).
     rho, step, estimator : float or None, float or None, str or None
         The ADMM rule's settings (giving one asks for that rule): the ADMM penalty (default: the schema's 0.1);
         a constant step eta (default: 3.0; Zhou & Xiang's (2022) Theorem 2 step in
@@ -480,10 +488,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         The server's rule on the released data terms (``algorithm.rule``; docs/algorithms.md, "The Newton
         rule"): "admm" the paper's linearized ADMM; "newton" 30 rounds of Newton steps in the public metric of
         the basis's score variances with released residual densities, dual averaging and (with an intercept) a
-        calibrated intercept, after a private location/scale search inside ``response_bounds`` (needed with
-        privacy on for the search; without them the fit runs in the response's own units).  Default None: the
-        scenario schema's choice, the same as ``fdp-flower run`` -- "newton" with an FPCA basis ("fpca",
-        "pooled", a FunctionalBasis with eigenvalues) and eps=None or privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
+        calibrated intercept, after a private location/scale search (inside ``response_bounds`` if given, else
+        in asinh(y)).  Default None: the scenario schema's choice, the same as ``fdp-flower run`` -- "newton"
+        with an FPCA basis ("fpca", "pooled", a FunctionalBasis with eigenvalues) and eps=None or
+        privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
     noncrossing : bool
         Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
         Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).
@@ -575,6 +583,13 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         if data_dir is None:
             source = data_source(scenario, clients)
         _say_predicted_cost(scenario, [len(rows) for rows in parts], basis, progress)
+        if eps is not None and scenario.algorithm.rule == "admm" \
+                and (response_offset, response_scale, response_bounds) == (None, None, None):
+            warnings.warn("fit: privacy on, the ADMM rule and nothing declared about the response, so the fit runs in "
+                          "its own units as if centred at 0 with spread 1 (quantile levels are off for a response far "
+                          "from that); give basis='fpca' (the Newton rule finds the location and scale privately), "
+                          "or response_bounds=(lo, hi), or response_offset and response_scale",
+                          ResponseUnitsWarning, stacklevel=3)
         printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
         with claimed_output(out):  # a file, /proc/x or another run's directory: refused before training
             result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)

@@ -183,13 +183,10 @@ def test_newton_refuses_what_it_cannot_run_in_one_line():
     assert isinstance(protocol_for(scenario()), NewtonAuditProtocol)  # never the ADMM transcript under a Newton ledger
     with pytest.raises(ScenarioError, match="exactly|at most 2"):
         scenario(bounds=(1.0, 2.0, 3.0))
-    from fdp_flower.algorithms.fdp_admm.config import NewtonBoundsWarning
-
-    with pytest.warns(NewtonBoundsWarning, match="response_bounds"):  # said before it trains
+    with warnings.catch_warnings():  # without bounds the search runs in asinh(y) (privacy on) or after a
+        warnings.simplefilter("error")  # range round (privacy off): nothing to warn about
         scenario(bounds=None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", NewtonBoundsWarning)
-        scenario(bounds=None, private=False)  # privacy off: the range round finds them
+        scenario(bounds=None, private=False)
         scenario()
 
 
@@ -358,9 +355,7 @@ def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, 
 def _small_audit(bounds=(-20.0, 20.0)):
     from fdp_flower.engines.audit import audit_protocol, protocol_for
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # bounds None: NewtonBoundsWarning
-        sc = scenario(bounds=bounds, n=400, clients=4)
+    sc = scenario(bounds=bounds, n=400, clients=4)
     protocol = protocol_for(sc)
     return sc, protocol, audit_protocol(protocol, transcripts=3, lr_trials=30)
 
@@ -376,11 +371,14 @@ def test_the_audit_replays_a_newton_transcript_and_it_passes(bounds):
     kinds = [protocol.schedule.kind(t) for t in range(1, 31)]
     canary = next(p for p in report.pairs if p.label == "canary replace-one")
     assert np.all(canary.ratio <= 1 + 1e-9)
-    if bounds is not None:  # the canary is chosen at step 1, a quartile release: opposite responses, which also
-        # attain the calibration's shares
-        tight = [t for t, kind in enumerate(kinds) if kind in (N.QUARTILES, N.SHARE)]
-        np.testing.assert_allclose(canary.ratio[tight], 1.0, atol=1e-9)
-    assert set(kinds) == ({N.QUARTILES} if bounds else set()) | {N.TERM, N.DENSITY, N.SHARE}
+    # the canary is chosen at step 1, a quartile release: opposite responses, which also attain the calibration's
+    # shares.  Without bounds the search names its thresholds sinh(u) in asinh(y): the same release, but the first
+    # two rounds' outer thresholds (|y| ~ 2e3, then ~ 30 and 270) lie beyond both canary responses, which straddle 2 resp.
+    # 4 of the 6 thresholds (ratio sqrt(2/6), sqrt(4/6)); from round 3 on they straddle all 6
+    tight = [t for t, kind in enumerate(kinds) if kind in (N.QUARTILES, N.SHARE)][0 if bounds else 2:]
+    np.testing.assert_allclose(canary.ratio[tight], 1.0, atol=1e-9)
+    assert kinds.count(N.QUARTILES) == (N.LOCATION_ROUNDS if bounds else N.UNBOUNDED_LOCATION_ROUNDS)
+    assert set(kinds) == {N.QUARTILES, N.TERM, N.DENSITY, N.SHARE}
     # the accounted eps of the audited releases is the run's (one Gaussian of the schedule's mu)
     assert 0.97 <= report.eps_accounted["replace_one"] <= 1.0
     assert report.lr_test.eps_lower <= report.eps_accounted["replace_one"]
@@ -402,3 +400,95 @@ def test_the_audit_fails_a_site_that_understates_a_newton_release(monkeypatch, k
     assert not report.passed
     steps = [t for t in range(1, 31) if protocol.schedule.kind(t) == kind]
     assert any(message in f and f"step {t}:" in f for f in report.failures for t in steps), report.failures
+
+
+# ---------------------------------------------------------------- the search without declared bounds
+def test_without_bounds_the_private_schedule_searches_8_rounds_and_still_splits_mu_squared_exactly():
+    sc = scenario(bounds=None)
+    plan, _ = _site(sc)
+    z_admm = noise_plan(sc, plan.basis).noise_multipliers
+    schedule = newton_plan(sc, plan.basis, 2000)
+    assert schedule.kinds[:N.UNBOUNDED_LOCATION_ROUNDS] == (N.QUARTILES,) * N.UNBOUNDED_LOCATION_ROUNDS
+    assert schedule.rounds == 30 and schedule.term_rounds == 30 - 8 - 2 - 5
+    assert np.sum(schedule.multipliers ** -2.0) == pytest.approx(np.sum(z_admm ** -2.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("c,s", [(0.0, 1.0), (1e4, 1.0), (10.0, 1e-3), (-3e5, 1e2), (0.0, 1e-3), (1e4, 1e-3)])
+def test_the_warped_search_brackets_both_quartiles_to_its_stated_resolution(c, s):
+    """Noise-free shares: after 8 rounds in asinh(y) each level's bracket holds its sample quartile; in u it is at
+    most 2 asinh(Y) / 4^8 wide (every round splits at least 4-ary), and exactly 2 asinh(Y) / 7^8 while both levels
+    still share one bracket (a response whose IQR is below :func:`newton.unbounded_resolution`)."""
+    y = c + s * np.random.default_rng(1).standard_normal(3000)
+    brackets_u = N.unbounded_brackets()
+    for _ in range(N.UNBOUNDED_LOCATION_ROUNDS):
+        named = np.sinh(N.quartile_thresholds(brackets_u, shared=True))
+        brackets_u = N.quartile_brackets(brackets_u, N.quartile_shares(y, named), shared=True)
+    span = 2 * math.asinh(N.UNBOUNDED_RESPONSE_LIMIT)
+    for (lo, hi), p in zip(np.sinh(brackets_u), N.LEVELS):
+        assert np.mean(y <= lo) < p <= np.mean(y <= hi), (lo, hi, p)  # the robust cut's invariant, exact shares
+    widths = brackets_u[:, 1] - brackets_u[:, 0]
+    assert np.all(widths <= span / 4.0**N.UNBOUNDED_LOCATION_ROUNDS * (1 + 1e-9))
+    quartiles = np.quantile(y, N.LEVELS, method="inverted_cdf")  # min{y: share(y) >= p}: what the cuts bracket
+    iqr = float(quartiles[1] - quartiles[0])
+    if np.array_equal(brackets_u[0], brackets_u[1]):
+        np.testing.assert_allclose(widths, span / 7.0**N.UNBOUNDED_LOCATION_ROUNDS, rtol=1e-9)
+        assert iqr <= 2 * N.unbounded_resolution(c)  # unresolved only when the IQR is within about one cell
+    else:
+        location, scale = N.location_and_scale(np.sinh(brackets_u))
+        width = float(np.max(np.diff(np.sinh(brackets_u), axis=1)))
+        assert abs(location - float(np.mean(quartiles))) <= width  # each quartile known to its bracket
+        assert abs(scale * 1.349 - iqr) <= 2 * width
+
+
+def test_a_shared_bracket_is_split_into_seven_cells_for_both_levels_and_separate_brackets_into_four():
+    joint = np.array([[0.0, 7.0], [0.0, 7.0]])
+    np.testing.assert_allclose(N.quartile_thresholds(joint, shared=True), [1, 2, 3, 4, 5, 6])
+    np.testing.assert_allclose(N.quartile_thresholds(joint), [1.75, 3.5, 5.25] * 2)  # the bounded search: as before
+    # shares 0.1 .. 0.95 at 1..6: level 0.25 lies in (2, 3], level 0.75 in (4, 5]
+    nxt = N.quartile_brackets(joint, np.array([0.1, 0.2, 0.3, 0.6, 0.8, 0.95]), shared=True)
+    np.testing.assert_allclose(nxt, [[2.0, 3.0], [4.0, 5.0]])
+    np.testing.assert_allclose(N.quartile_thresholds(nxt, shared=True), [2.25, 2.5, 2.75, 4.25, 4.5, 4.75])
+
+
+@pytest.mark.parametrize("c,s", [(0.0, 1.0), (1e4, 1.0), (10.0, 1e3), (0.0, 1e-3)])
+def test_a_private_fit_without_bounds_finds_the_location_and_scale_and_the_level(c, s):
+    """``fit`` with privacy on and nothing declared (the Newton rule's search in asinh(y)): the location within 0.5
+    and the scale within a factor e^0.5 of the response's median and IQR / 1.349, and the share of the training
+    responses below the fitted quantile within 0.05 of tau.  Tolerances: at 3 sites of 1000 and eps = 1 the last
+    search round's pooled share noise is ~0.045, a quartile error ~0.14 scales (share noise / density 0.32),
+    so midhinge ~0.1 and log IQR ~0.15 (3.5 sds: 0.5); the calibration's share noise ~0.008 after averaging,
+    plus the binomial sd 0.008 of 3000 shares (4 combined sds: 0.05)."""
+    import fdp_flower
+
+    rng = np.random.default_rng(11)
+    grid = np.linspace(0, 1, 30)
+    curves = rng.standard_normal((3000, 30)).cumsum(axis=1) / 5
+    y0 = curves @ np.sin(2 * np.pi * grid) / 30 + rng.standard_normal(3000)
+    y = c + s * y0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the predicted privacy cost of 1000 curves a site
+        model = fdp_flower.fit(curves, y, grid=grid, tau=0.25, eps=1.0, n_clients=3, basis="fpca", n_components=4,
+                               reference=False)
+    assert model.scenario.algorithm.rule == "newton" and model.scenario.algorithm.response_bounds is None
+    last = model.history.iloc[-1]
+    iqr_scale = float(np.subtract(*np.quantile(y, [0.75, 0.25]))) / 1.349
+    assert abs(float(last["location"]) - float(np.median(y))) <= 0.5 * iqr_scale
+    assert abs(math.log(float(last["scale"]) / iqr_scale)) <= 0.5
+    assert abs(float(np.mean(y <= model.predict(curves))) - 0.25) <= 0.05
+
+
+def test_fit_warns_before_training_when_a_private_admm_fit_knows_nothing_of_the_response():
+    import fdp_flower
+    from fdp_flower.api import ResponseUnitsWarning
+
+    rng = np.random.default_rng(2)
+    curves, y = rng.standard_normal((300, 20)), 10 + rng.standard_normal(300)
+    common = {"eps": 1.0, "n_clients": 3, "n_components": 3, "rounds": 5, "reference": False}
+    with pytest.warns(ResponseUnitsWarning, match="basis='fpca'"):
+        fdp_flower.fit(curves, y, **common)  # the cosine basis: the ADMM rule
+    for declared in ({"response_bounds": (0.0, 20.0)}, {"response_offset": 10.0, "response_scale": 1.0},
+                     {"eps": None}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the predicted privacy cost of 100 curves a site
+            warnings.simplefilter("error", ResponseUnitsWarning)  # (the later filter wins)
+            fdp_flower.fit(curves, y, **{**common, **declared})

@@ -21,7 +21,7 @@ def total(design_name="paper", seed=0, clients=4, n=2000, rule="admm", **extra):
     """A total-budget scenario with the ADMM rule (these tests are its defaults'); ``rule=None`` leaves the rule
     to the schema (the Newton rule here)."""
     algorithm = {**({} if rule is None else {"rule": rule}), **extra.pop("algorithm", {})}
-    with warnings.catch_warnings():  # rule None declares no response bounds (NewtonBoundsWarning)
+    with warnings.catch_warnings():  # the schema may warn of a mode mismatch; these tests read settings only
         warnings.simplefilter("ignore")
         return parse_scenario({"seed": seed, "data": {"n_samples": n, "design": design_name, "grid_points": 31},
                                "federation": {"num_clients": clients}, "basis": {"kind": "pooled", "n_components": 4},

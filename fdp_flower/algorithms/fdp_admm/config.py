@@ -106,15 +106,16 @@ class FDPADMMConfig(_Frozen):
         "admm", description="the server's rule on the released data terms: admm -- the paper's linearized ADMM "
                             "(rho, step, step_units, estimator, rho_rule, stopping apply); newton -- Newton steps in "
                             "the public metric of the basis's score variances with released residual densities, "
-                            "dual averaging, a private location/scale search inside response_bounds and an "
-                            "intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set). "
+                            "dual averaging, a private location/scale search (inside response_bounds, else in "
+                            "asinh(y)) and an intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set). "
                             "Unset: newton with the quantile loss, privacy off or privacy.mode total, a pooled, "
                             "federated_dp or provided basis with eigenvalues and none of rho, step, step_units, "
                             "estimator, rho_rule, stopping set; else admm")
     response_bounds: tuple[float, float] | None = Field(
         None, min_length=2, max_length=2, description="newton rule: bounds [lo, hi] of the responses (in the units the sites fit, after "
                           "data.response_offset / response_scale) that every site declares; the private "
-                          "location/scale search runs inside them (responses outside count as at the bounds)")
+                          "location/scale search runs inside them (responses outside count as at the bounds). "
+                          "Unset: with privacy on the search runs in asinh(y) over |y| <= 1e7")
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -236,10 +237,6 @@ def default_rule(data: dict[str, Any]) -> str:
     except (TypeError, ValueError):
         return "admm"  # too few rounds (or not a number: the schema's own error follows)
     return "newton"
-
-
-class NewtonBoundsWarning(UserWarning):
-    """A private Newton-rule run without declared response bounds or location/scale (no location/scale search)."""
 
 
 class ModeMismatchWarning(UserWarning):
@@ -400,12 +397,6 @@ class Scenario(_Frozen):
         if a.estimator.kind != "last" or a.stopping.kind != "cap" or a.rho_rule.kind != "fixed":
             raise ValueError("algorithm.rule 'newton' releases its own estimate after a fixed schedule: leave "
                              "algorithm.estimator, stopping and rho_rule unset")
-        declared = (getattr(self.data, "response_offset", 0.0), getattr(self.data, "response_scale", 1.0)) != (0.0, 1.0)
-        if p.enabled and a.response_bounds is None and not declared:
-            warnings.warn("algorithm.rule 'newton' with privacy on and no algorithm.response_bounds has no location/"
-                          "scale search: it fits in the response's own units, as if centred at 0 with spread 1; "
-                          "declare algorithm.response_bounds [lo, hi] (or data.response_offset / response_scale)",
-                          NewtonBoundsWarning, stacklevel=2)
         return self
 
     @model_validator(mode="after")

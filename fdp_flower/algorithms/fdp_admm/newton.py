@@ -5,11 +5,16 @@ Every release of a site is a record-mean of bounded per-record terms plus Gaussi
 threshold the server names; the server does everything else.  One run is a fixed public schedule of
 ``algorithm.rounds`` releases per site (:func:`newton_schedule`):
 
-1. **location and scale of the response** (6 rounds; needs ``data.response_bounds``, or privacy off): the
-   shares of the responses below 6 named thresholds, (1/m_i) #{y_ij <= t} (l2 sensitivity sqrt(6) / m_i);
-   a noisy 4-ary search keeps, for the levels 0.25 and 0.75, the sub-interval that disagrees with the
-   fewest pooled shares (:func:`quartile_brackets`).  Location = midhinge, scale = IQR / 1.349.  Without
-   privacy and without bounds the first round releases each site's (min, max) instead (refused with privacy);
+1. **location and scale of the response**: the shares of the responses below 6 named thresholds,
+   (1/m_i) #{y_ij <= t} (l2 sensitivity sqrt(6) / m_i); a noisy 4-ary search keeps, for the levels 0.25 and
+   0.75, the sub-interval that disagrees with the fewest pooled shares (:func:`quartile_brackets`).
+   Location = midhinge, scale = IQR / 1.349.  With declared ``response_bounds``: 6 rounds inside them.
+   Without bounds and with privacy: :data:`UNBOUNDED_LOCATION_ROUNDS` rounds in the warped coordinate
+   u = asinh(y) over [-asinh(Y), asinh(Y)], Y = :data:`UNBOUNDED_RESPONSE_LIMIT` (the server names the
+   thresholds sinh(u); the release and its sensitivity are the same), which resolves a location to about
+   2 asinh(Y) / 7^R relative to max(|y|, 1) (7-ary splits while both quartiles share one bracket;
+   :func:`unbounded_resolution`).  Without privacy and without
+   bounds the first round releases each site's (min, max) instead (refused with privacy), then 5 rounds;
 2. **the fit** on (y - location) / scale: the data term (1.3) at the point the server names (the same
    release as the ADMM rule's, sensitivity 2 G / m_i), and twice the residual density
    (1/m_i) #{|y_ij - a_ij.x| <= h} / (2 h) (sensitivity 1 / (2 h m_i)).  The server takes Newton steps in
@@ -40,6 +45,11 @@ LEVELS = (0.25, 0.75)
 THRESHOLDS_PER_LEVEL = 3
 QUARTILE_ROUND_SHARES = (0.1, 0.1, 0.15, 0.15, 0.2, 0.3)
 LOCATION_ROUNDS = 6
+#: the search without declared bounds (privacy on): its rounds, their shares of the phase's budget, and the
+#: largest |y| it covers (a response beyond it is found at the limit: declare bounds)
+UNBOUNDED_LOCATION_ROUNDS = 8
+UNBOUNDED_QUARTILE_ROUND_SHARES = (0.08, 0.08, 0.1, 0.1, 0.12, 0.12, 0.15, 0.25)
+UNBOUNDED_RESPONSE_LIMIT = 1e7
 #: term rounds after which a residual density is released (1-based), and their bandwidths (the first in
 #: standardized response units, the second divided by the current density)
 DENSITY_AFTER = (4, 9)
@@ -105,10 +115,15 @@ class NewtonSchedule:
 def schedule_kinds(rounds: int, *, intercept: bool, bounds: bool, private: bool) -> tuple[str, ...]:
     """The release kinds of a run of ``rounds`` rounds (module docstring): the location/scale phase (6
     quartile rounds with declared bounds; without privacy and bounds a (min, max) round then 5 quartile
-    rounds; none with privacy and no bounds), the fit's term rounds with a density after term rounds 4 and
-    9, and 5 calibration rounds with an intercept.  ``rounds`` must leave the fit at least 12 term rounds."""
-    location = [QUARTILES] * LOCATION_ROUNDS if bounds else ([RANGE] + [QUARTILES] * (LOCATION_ROUNDS - 1)
-                                                             if not private else [])
+    rounds; with privacy and no bounds :data:`UNBOUNDED_LOCATION_ROUNDS` warped quartile rounds), the fit's
+    term rounds with a density after term rounds 4 and 9, and 5 calibration rounds with an intercept.
+    ``rounds`` must leave the fit at least 12 term rounds."""
+    if bounds:
+        location = [QUARTILES] * LOCATION_ROUNDS
+    elif private:
+        location = [QUARTILES] * UNBOUNDED_LOCATION_ROUNDS
+    else:
+        location = [RANGE] + [QUARTILES] * (LOCATION_ROUNDS - 1)
     calibration = [SHARE] * CALIBRATION_ROUNDS if intercept else []
     terms = rounds - len(location) - len(calibration) - len(DENSITY_AFTER)
     if terms < 12:
@@ -132,7 +147,8 @@ def newton_schedule(rounds: int, *, mu: float | None, total_records: float, inte
     if mu is None:
         return NewtonSchedule(kinds, None)
     shares = budget_shares(total_records, mu, intercept=intercept, location_scale=QUARTILES in kinds)
-    quartile_shares = np.asarray(QUARTILE_ROUND_SHARES[:kinds.count(QUARTILES)], float)
+    round_shares = UNBOUNDED_QUARTILE_ROUND_SHARES if not bounds else QUARTILE_ROUND_SHARES
+    quartile_shares = np.asarray(round_shares[:kinds.count(QUARTILES)], float)
     quartile_shares = quartile_shares / quartile_shares.sum()
     terms = kinds.count(TERM)
     averaging = terms - TRANSIENT_ROUNDS
@@ -184,25 +200,59 @@ def residual_share(features: np.ndarray, response: np.ndarray, point: np.ndarray
 
 
 # ---------------------------------------------------------------- the server's post-processing
-def quartile_thresholds(brackets: np.ndarray) -> np.ndarray:
-    """The 6 thresholds of a quartile round: 3 equispaced inside each level's bracket ((2, 2) -> (6,))."""
+def _joint(brackets: np.ndarray, shared: bool) -> bool:
+    """Whether a round splits one bracket common to both levels into 7 cells (``shared`` searches only)."""
+    return bool(shared) and bool(np.array_equal(brackets[0], brackets[1]))
+
+
+def quartile_thresholds(brackets: np.ndarray, *, shared: bool = False) -> np.ndarray:
+    """The 6 thresholds of a quartile round: 3 equispaced inside each level's bracket ((2, 2) -> (6,)).  With
+    ``shared`` (the search without declared bounds), while both levels' brackets are one interval, its 6
+    equispaced inner points instead: one 7-ary split serves both levels (log2 7 bits a round, not 2)."""
+    if _joint(brackets, shared):
+        a, b = brackets[0]
+        return np.linspace(a, b, len(LEVELS) * THRESHOLDS_PER_LEVEL + 2)[1:-1]
     return np.concatenate([np.linspace(a, b, THRESHOLDS_PER_LEVEL + 2)[1:-1] for a, b in brackets])
 
 
-def quartile_brackets(brackets: np.ndarray, pooled_shares: np.ndarray) -> np.ndarray:
+def unbounded_brackets() -> np.ndarray:
+    """The first brackets of the search without declared bounds, in u = asinh(y): [-asinh(Y), asinh(Y)] for both
+    levels (Y = :data:`UNBOUNDED_RESPONSE_LIMIT`)."""
+    u = math.asinh(UNBOUNDED_RESPONSE_LIMIT)
+    return np.array([[-u, u], [-u, u]])
+
+
+def unbounded_resolution(location: float, rounds: int = UNBOUNDED_LOCATION_ROUNDS) -> float:
+    """The width in y of the final bracket of the warped search near ``location`` while both quartiles share one
+    bracket (a response whose IQR is below it): cosh(asinh(location)) times the final width 2 asinh(Y) / 7^rounds
+    in u (7-ary splits), i.e. about that width times max(|location|, 1)."""
+    width_u = 2.0 * math.asinh(UNBOUNDED_RESPONSE_LIMIT) / 7.0**rounds
+    return float(math.sqrt(1.0 + float(location) ** 2) * width_u)
+
+
+def _robust_cut(edges: np.ndarray, shares: np.ndarray, p: float) -> list[float]:
+    """The cell of ``edges`` (the bracket's ends around its thresholds) that disagrees with the fewest shares:
+    shares left of the cut should be < p, those right of it >= p."""
+    above = (shares >= p).astype(int)
+    wrong = [int(above[:j].sum() + (1 - above[j:]).sum()) for j in range(len(shares) + 1)]
+    j = int(np.argmin(wrong))
+    return [edges[j], edges[j + 1]]
+
+
+def quartile_brackets(brackets: np.ndarray, pooled_shares: np.ndarray, *, shared: bool = False) -> np.ndarray:
     """The next brackets of the levels 0.25 and 0.75 from the pooled noisy shares at their thresholds: per
     level, the sub-interval (cut j) that disagrees with the fewest shares -- shares left of the cut should
-    be < p, those right of it >= p -- robust to one noisy share (a wrong cut lies next to the quantile)."""
+    be < p, those right of it >= p -- robust to one noisy share (a wrong cut lies next to the quantile).
+    ``shared``: as :func:`quartile_thresholds` (both levels cut the one bracket's 7 cells with all 6 shares)."""
+    shares = np.asarray(pooled_shares, float)
+    if _joint(brackets, shared):
+        a, b = brackets[0]
+        edges = np.r_[a, quartile_thresholds(brackets, shared=True), b]
+        return np.asarray([_robust_cut(edges, shares, p) for p in LEVELS])
     thresholds = quartile_thresholds(brackets).reshape(len(LEVELS), THRESHOLDS_PER_LEVEL)
-    shares = np.asarray(pooled_shares, float).reshape(len(LEVELS), THRESHOLDS_PER_LEVEL)
-    out = []
-    for (a, b), points, s, p in zip(brackets, thresholds, shares, LEVELS):
-        edges = np.r_[a, points, b]
-        above = (s >= p).astype(int)
-        wrong = [int(above[:j].sum() + (1 - above[j:]).sum()) for j in range(THRESHOLDS_PER_LEVEL + 1)]
-        j = int(np.argmin(wrong))
-        out.append([edges[j], edges[j + 1]])
-    return np.asarray(out)
+    shares = shares.reshape(len(LEVELS), THRESHOLDS_PER_LEVEL)
+    return np.asarray([_robust_cut(np.r_[a, points, b], s, p)
+                       for (a, b), points, s, p in zip(brackets, thresholds, shares, LEVELS)])
 
 
 def location_and_scale(brackets: np.ndarray) -> tuple[float, float]:

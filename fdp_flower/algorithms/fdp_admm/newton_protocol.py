@@ -47,7 +47,12 @@ class NewtonServer(FDPADMMServer):
         self.lam_site = float(objective.lam) / self.num_clients
         self.tau = float(m.loss.tau)
         bounds = scenario.algorithm.response_bounds
-        self.brackets = None if bounds is None else np.array([bounds, bounds], dtype=float)
+        #: the search without declared bounds (privacy on) keeps its brackets in u = asinh(y) (newton.py, step 1)
+        self.warped = bounds is None and N.QUARTILES in self.schedule.kinds and N.RANGE not in self.schedule.kinds
+        if self.warped:
+            self.brackets = N.unbounded_brackets()
+        else:
+            self.brackets = None if bounds is None else np.array([bounds, bounds], dtype=float)
         self.location, self.scale = 0.0, 1.0
         self.f0 = N.normal_density_at_quantile(self.tau)
         self.curvature = self.f0
@@ -144,7 +149,8 @@ class NewtonServer(FDPADMMServer):
         if kind == N.RANGE:
             return {}
         if kind == N.QUARTILES:
-            return {"thresholds": N.quartile_thresholds(self.brackets)}
+            thresholds = N.quartile_thresholds(self.brackets, shared=self.warped)
+            return {"thresholds": np.sinh(thresholds) if self.warped else thresholds}
         if kind == N.TERM:
             return {"point": self.raw(self.x)}
         if kind == N.DENSITY:
@@ -226,9 +232,9 @@ class NewtonServer(FDPADMMServer):
     def _quartiles(self, round_: int, values: dict) -> None:
         sizes = np.array([self.sizes[i] for i in values])
         pooled = np.sum([m * v for m, v in zip(sizes, values.values())], axis=0) / sizes.sum()
-        self.brackets = N.quartile_brackets(self.brackets, pooled)
+        self.brackets = N.quartile_brackets(self.brackets, pooled, shared=self.warped)
         if round_ >= self.schedule.rounds or self.schedule.kind(round_ + 1) != N.QUARTILES:
-            location, self.scale = N.location_and_scale(self.brackets)
+            location, self.scale = N.location_and_scale(np.sinh(self.brackets) if self.warped else self.brackets)
             self.location = location if self.free else 0.0
 
     def _term(self, round_: int, values: dict) -> None:
