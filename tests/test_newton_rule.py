@@ -327,14 +327,16 @@ def test_a_site_checks_the_named_total_records_which_moves_the_split_never_the_b
         assert np.sum(z ** -2.0) == pytest.approx(np.sum(splits[1] ** -2.0), rel=1e-12)
 
 
-@pytest.mark.parametrize("stop", [3, 10, 27])  # in the quartile search, a term waiting for its density, calibrating
-def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, stop):
+@pytest.mark.parametrize("stop,bounds", [(3, (-50.0, 50.0)), (10, (-50.0, 50.0)), (27, (-50.0, 50.0)), (5, None)],
+                         ids=["quartiles", "term_before_density", "calibrating", "warped_quartiles"])
+def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, stop, bounds):
     """Nothing lost: a run stopped after round ``stop`` keeps the Newton server's own state (brackets, curvature,
     dual average, pending gradient, calibration) in its checkpoint; resuming draws what the uninterrupted run
-    draws and ends at its model, ledger and history exactly.  A checkpoint without that state is refused."""
+    draws and ends at its model, ledger and history exactly (also inside the search without bounds, whose
+    brackets are in asinh(y)).  A checkpoint without that state is refused."""
     from fdp_flower.outputs.checkpoint import read_checkpoint, write_checkpoint
 
-    sc = scenario()
+    sc = scenario(bounds=bounds)
     sc = parse_scenario({**sc.model_dump(mode="json"), "output": {"checkpoint_every": 1}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
