@@ -208,6 +208,21 @@ def phase_noise_sigma(basis_config, m: int) -> float | None:
         summary_sensitivity(clip_cb=basis_config.clip_cb, m=m))
 
 
+def noise_edge(basis_config, sizes: Sequence[float]) -> float:
+    """2 sigma sqrt(B): the upper edge of the spectrum of the noise in the pooled covariance summary (a symmetric
+    Gaussian matrix of entry sd sigma = sqrt(sum_i (m_i / n)^2 sigma_i^2) in the B-dimensional pre-basis, whose
+    eigenvalues fill the semicircle [-2 sigma sqrt(B), 2 sigma sqrt(B)]).  A released eigenvalue below it cannot be
+    told from noise: its component is a direction the noise picked, with a true score variance far below the
+    released one.  0.0 without privacy or with ``whiten`` (whose released variances are all 1).  Public: the
+    sizes, eps, delta, c_b and B only."""
+    if basis_config.kind != "federated_dp" or not basis_config.private or basis_config.whiten:
+        return 0.0
+    sizes = np.asarray(sizes, dtype=float)
+    sigmas = np.array([phase_noise_sigma(basis_config, int(m)) for m in sizes])
+    pooled = float(np.sqrt(np.sum((sizes / sizes.sum()) ** 2 * sigmas**2)))
+    return 2.0 * pooled * math.sqrt(basis_config.pre_basis_size)
+
+
 def scenario_pre_basis(scenario, grid: np.ndarray) -> FunctionalBasis:
     """The scenario's pre-basis on ``grid``; B functions need at least B grid points (one line otherwise)."""
     b = scenario.basis

@@ -26,6 +26,9 @@ threshold the server names; the server does everything else.  One run is a fixed
 3. **intercept calibration** (5 rounds, models with an intercept): the share of residuals at the released
    slopes below the named intercept b, (1/m_i) #{y_ij <= a_ij.w} (sensitivity 1 / m_i); b by averaged
    one-shot Newton steps b - (share - tau) / f (N.4).
+4. **components below the noise edge** (N.5): with a private federated DP-FPCA basis the fit steps only in
+   the components whose released eigenvalue exceeds the pooled summary noise's spectral edge
+   (:func:`fdp_flower.functional.federated_fpca.noise_edge`); the others stay at 0.
 
 Every multiplier z is a function of public values (eps, delta, the sizes m_i, the schedule): the schedule
 splits one total mu^2 = sum_l z_l^-2 (the same as the ADMM rule's plan for the same budget), so the

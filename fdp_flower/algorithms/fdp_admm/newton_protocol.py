@@ -40,6 +40,13 @@ class NewtonServer(FDPADMMServer):
             raise ValueError("algorithm.rule 'newton' steps in the metric of the basis's score variances; this basis "
                              "publishes none (give a provided basis its eigenvalues, or use 'pooled' / 'federated_dp')")
         self.moments = np.r_[[self.c0**2] if self.free else [], np.asarray(eig, float)[: self.dim - self.free]]
+        #: the components the fit uses (N.5): with a private federated DP-FPCA basis, those whose released
+        #: eigenvalue clears the noise edge of the summaries (at least the leading one); the others stay at 0
+        from fdp_flower.functional.federated_fpca import noise_edge
+
+        scores = np.asarray(eig, float)[: self.dim - self.free] > noise_edge(scenario.basis, sizes)
+        scores[0] = True
+        self.active = np.r_[[True] * self.free, scores]
         shape = noise_scales(scenario, basis)
         self.noise_shape = np.ones(self.dim) if shape is None else np.asarray(shape, float)
         objective = build_objective(scenario)
@@ -204,7 +211,8 @@ class NewtonServer(FDPADMMServer):
         self.check_quorum(replied, round_)
         self.apply(round_, {i: np.asarray(r.value, float) for i, r in accepted.items()})
         row = {"round": round_, "curvature": self.curvature / self.scale,
-               "location": self.location, "scale": self.scale}
+               "location": self.location, "scale": self.scale,
+               "components_used": int(self.active.sum() - self.free)}
         if self.evaluator is not None:
             row.update(self.evaluator(self.state))
         if self.scenario.privacy.enabled:
@@ -239,6 +247,7 @@ class NewtonServer(FDPADMMServer):
 
     def _term(self, round_: int, values: dict) -> None:
         gradient = -np.mean(list(values.values()), axis=0)  # the releases are descent terms -g_i + noise
+        gradient = np.where(self.active, gradient, 0.0)  # components below the noise edge stay at 0 (N.5)
         if self.penalty == "l2":
             gradient = gradient + self._ridge() * self.x
         self.term_index += 1
@@ -284,7 +293,8 @@ class NewtonServer(FDPADMMServer):
             variance = N.averaged_noise_variance(self.averaged_z, self.sizes, self.calibration.gradient_bound,
                                                  self.noise_shape, self.metric.diagonal / self.metric.step)
             factor = np.ones(self.dim)
-            factor[self.free:] = N.eb_shrinkage(estimate[self.free:], variance[self.free:], self.moments[self.free:])
+            used = np.flatnonzero(self.active[self.free:]) + self.free  # the components at 0 inform no prior
+            factor[used] = N.eb_shrinkage(estimate[used], variance[used], self.moments[used])
             estimate = estimate * factor
         self.x = estimate
         self.model = self.raw(estimate)
