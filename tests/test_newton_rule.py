@@ -375,9 +375,9 @@ def test_the_audit_replays_a_newton_transcript_and_it_passes(bounds):
     assert np.all(canary.ratio <= 1 + 1e-9)
     # the canary is chosen at step 1, a quartile release: opposite responses, which also attain the calibration's
     # shares.  Without bounds the search names its thresholds sinh(u) in asinh(y): the same release, but the first
-    # two rounds' outer thresholds (|y| ~ 2e3, then ~ 30 and 270) lie beyond both canary responses, which straddle 2 resp.
-    # 4 of the 6 thresholds (ratio sqrt(2/6), sqrt(4/6)); from round 3 on they straddle all 6
-    tight = [t for t, kind in enumerate(kinds) if kind in (N.QUARTILES, N.SHARE)][0 if bounds else 2:]
+    # round's 7-ary thresholds (|y| = 5.5, 670, 8e4) leave 4 of 6 outside both canary responses (ratio
+    # sqrt(2/6)); from round 2 on they straddle all 6
+    tight = [t for t, kind in enumerate(kinds) if kind in (N.QUARTILES, N.SHARE)][0 if bounds else 1:]
     np.testing.assert_allclose(canary.ratio[tight], 1.0, atol=1e-9)
     assert kinds.count(N.QUARTILES) == (N.LOCATION_ROUNDS if bounds else N.UNBOUNDED_LOCATION_ROUNDS)
     assert set(kinds) == {N.QUARTILES, N.TERM, N.DENSITY, N.SHARE}
