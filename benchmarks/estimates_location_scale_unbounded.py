@@ -12,7 +12,8 @@ with every other argument at its default and **no response bounds, offset or sca
 DP-FPCA basis (K = 10) and so the Newton rule, whose private location/scale search runs in asinh(y) (docs/algorithms.md,
 section 1.3), at a total eps = 1, and with privacy off (eps=None: the range round, then the quartile search).
 Reported per (c, s): the max over held-out curves of |(q_{c,s}(x) - c) / s - q_{0,1}(x)| in units of the
-standardized response's IQR / 1.349, against the standardized fit of the same seed and tau (worst over seeds and tau; the seeds fix the split and the noise draws,
+standardized response's IQR / 1.349, against the standardized fit of the same seed and tau (worst over seeds and
+tau; the seeds fix the split and the noise draws,
 so the two fits differ only through the location/scale search), the mean share of held-out responses at or below
 the fitted quantile per tau, and the search's location and scale relative to the response's median and
 IQR / 1.349 (worst over seeds and tau; log-scale error).  Writes location_scale_unbounded.md and .json to --out.
@@ -97,10 +98,12 @@ def deviations(rows: list[dict], unit: float) -> list[dict]:
 
 
 def report(rows: list[dict], seeds: list[int]) -> str:
-    lines = [f"`fit(curves, c + s y0, tau, eps, n_clients=5, basis='fpca')` with nothing declared about the response (federated "
+    lines = [f"`fit(curves, c + s y0, tau, eps, n_clients=5, basis='fpca')` with nothing declared about the "
+             "response (federated "
              f"DP-FPCA basis, Newton rule); irregular design, 5 sites of 500, seeds {seeds}, 10000 held-out curves.",
              "Max deviation: max over held-out curves of |(q_{c,s}(x) - c) / s - q_{0,1}(x)| in units of the "
-             "standardized response's IQR / 1.349 (worst over seeds and tau).  Location / log-scale error: the search's location and scale against the response's "
+             "standardized response's IQR / 1.349 (worst over seeds and tau).  Location / log-scale error: the "
+             "search's location and scale against the response's "
              "median and IQR / 1.349, in units of that scale (worst over seeds and tau).", "",
              "| privacy | location c | scale s | max deviation | location error | log-scale error | "
              "share below, tau = " + " / ".join(f"{t:g}" for t in TAUS) + " |",

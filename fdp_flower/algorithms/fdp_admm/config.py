@@ -107,7 +107,8 @@ class FDPADMMConfig(_Frozen):
                             "(rho, step, step_units, estimator, rho_rule, stopping apply); newton -- Newton steps in "
                             "the public metric of the basis's score variances with released residual densities, "
                             "dual averaging, a private location/scale search (inside response_bounds, else in "
-                            "asinh(y)) and an intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds 30 unless set). "
+                            "asinh(y)) and an intercept calibration (docs/algorithms.md, 'The Newton rule'; rounds "
+                            "30 unless set). "
                             "Unset: newton with the quantile loss, privacy off or privacy.mode total, a pooled, "
                             "federated_dp or provided basis with eigenvalues and none of rho, step, step_units, "
                             "estimator, rho_rule, stopping set; else admm")
