@@ -56,9 +56,10 @@ class InputError(ValueError):
 
 
 class ResponseUnitsWarning(UserWarning):
-    """A private :func:`fit` by the ADMM rule with nothing declared about the response (no bounds, offset or
-    scale): it runs in the response's own units, and its quantile levels are off for a response far from 0 or
-    with a spread far from 1 (the Newton rule finds the location and scale privately)."""
+    """A private :func:`fit` by the ADMM rule without its level calibration and with nothing declared about the
+    response (no bounds, offset or scale): it runs in the response's own units, and its quantile levels are off for
+    a response far from 0 or with a spread far from 1 (the level calibration places the level; the Newton rule
+    finds the location and scale privately)."""
 
 
 # ---------------------------------------------------------------- inputs
@@ -399,7 +400,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         noise_source: str = "seeded", trust: str = "site", tolerated: int = 0,
         response: str = "response", client_column: str | None = None, out=None, data_dir=None,
         reference: bool = True, progress=False, name: str = "fit", accountant=None,
-        noncrossing: bool = True, rule: str | None = None) -> FunctionalModel:
+        noncrossing: bool = True, rule: str | None = None, level_calibration: bool | None = None) -> FunctionalModel:
     """Fit a differentially private functional quantile regression by FDP-ADMM.
 
     Q_tau(y | X) = intercept + int beta(t) X(t) dt, with the rows split over simulated clients
@@ -454,7 +455,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         private); with privacy on, from ``response_bounds`` if given, else 0 and 1.  With privacy on and no
         bounds the Newton rule finds the location and scale itself (a charged private quartile search in
         asinh(y) for |y| up to 1e7, docs/algorithms.md section 1.3); the ADMM rule then fits in the
-        response's own units (not scale-free: declare bounds or an offset and scale).
+        response's own units (its steps are not scale-free: declare bounds or an offset and scale), and its level
+        calibration (``level_calibration``) places the fitted quantile's level whatever the location and scale.
     rho, step, estimator : float or None, float or None, str or None
         The ADMM rule's settings (giving one asks for that rule): the ADMM penalty (default: the schema's 0.1);
         a constant step eta (default: 3.0; Zhou & Xiang's (2022) Theorem 2 step in
@@ -492,6 +494,13 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         in asinh(y)).  Default None: the scenario schema's choice, the same as ``fdp-flower run`` -- "newton"
         with an FPCA basis ("fpca", "pooled", a FunctionalBasis with eigenvalues) and eps=None or
         privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
+    level_calibration : bool or None
+        The ADMM rule's level calibration (``algorithm.level_calibration``; docs/algorithms.md, "Level
+        calibration"): 13 rounds after the ADMM rounds, inside the same total budget, that keep the ADMM model's
+        slopes and set its intercept from a private quartile search of its residuals and five residual-share
+        rounds, so that about tau of the responses fall below the fitted tau-quantile.  Default None: on for a
+        private ADMM-rule fit with an intercept, privacy="total" and trust="site"; off otherwise (privacy off
+        needs none: the fit is the exact estimator).
     noncrossing : bool
         Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
         Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).
@@ -575,6 +584,13 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             "privacy": _privacy_section(eps, delta, privacy, noise_source, trust=trust, tolerated=tolerated),
             "output": {"dir": str(out) if out is not None else "results", "checkpoint_every": 0},
         }
+        if level_calibration is None:  # on where it applies: a private ADMM-rule fit with an intercept
+            from fdp_flower.algorithms.fdp_admm.config import default_rule
+
+            level_calibration = eps is not None and privacy == "total" and trust == "site" and intercept \
+                and (rule or default_rule(data)) == "admm"
+        if level_calibration:
+            algorithm["level_calibration"] = True
         scenario = _parse(parse_scenario, data, "fit()")
         label = f"{name}(tau={float(tau):g}, lam={float(lam):g}, eps={'None' if eps is None else format(eps, 'g')})"
         noise_key = None if noise_source == "os_entropy" else ("seeded", int(seed))
@@ -583,14 +599,17 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         if data_dir is None:
             source = data_source(scenario, clients)
         _say_predicted_cost(scenario, [len(rows) for rows in parts], basis, progress)
-        if eps is not None and scenario.algorithm.rule == "admm" \
+        if eps is not None and scenario.algorithm.rule == "admm" and not scenario.algorithm.level_calibration \
                 and (response_offset, response_scale, response_bounds) == (None, None, None):
-            warnings.warn("fit: privacy on, the ADMM rule and nothing declared about the response, so the fit runs in "
-                          "its own units as if centred at 0 with spread 1 (quantile levels are off for a response far "
-                          "from that); give basis='fpca' (the Newton rule finds the location and scale privately), "
+            warnings.warn("fit: privacy on, the ADMM rule without its level calibration and nothing declared about the "
+                          "response, so the fit runs in its own units as if centred at 0 with spread 1 (quantile "
+                          "levels are off for a response far from that); give level_calibration=True (the default), "
+                          "basis='fpca' (the Newton rule finds the location and scale privately), "
                           "or response_bounds=(lo, hi), or response_offset and response_scale",
                           ResponseUnitsWarning, stacklevel=3)
-        printer = _progress_printer(progress, scenario.algorithm.rounds, ("objective", "objective_gap", "eps_pld"))
+        from fdp_flower.algorithms.fdp_admm.plan import planned_rounds
+
+        printer = _progress_printer(progress, planned_rounds(scenario), ("objective", "objective_gap", "eps_pld"))
         with claimed_output(out):  # a file, /proc/x or another run's directory: refused before training
             result = run_fdp_admm(scenario, progress=printer, with_reference=reference, source=source)
             if out is not None:

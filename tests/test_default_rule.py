@@ -30,7 +30,7 @@ def rule_of(data) -> str:
 
 TOTAL = {"enabled": True, "mode": "total", "eps": 1.0, "delta": 1e-5}
 ADMM_VALUES = {"rho": 0.3, "step": {"kind": "constant", "eta0": 1.0}, "step_units": "absolute", "estimator": {"kind": "last"},
-               "rho_rule": {"kind": "fixed"}, "stopping": {"kind": "cap"}}
+               "rho_rule": {"kind": "fixed"}, "stopping": {"kind": "cap"}, "level_calibration": True}
 
 
 def test_privacy_off_and_total_budget_scenarios_default_to_the_newton_rule_with_its_schedule():

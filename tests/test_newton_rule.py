@@ -486,10 +486,10 @@ def test_fit_warns_before_training_when_a_private_admm_fit_knows_nothing_of_the_
     rng = np.random.default_rng(2)
     curves, y = rng.standard_normal((300, 20)), 10 + rng.standard_normal(300)
     common = {"eps": 1.0, "n_clients": 3, "n_components": 3, "rounds": 5, "reference": False}
-    with pytest.warns(ResponseUnitsWarning, match="basis='fpca'"):
-        fdp_flower.fit(curves, y, **common)  # the cosine basis: the ADMM rule
-    for declared in ({"response_bounds": (0.0, 20.0)}, {"response_offset": 10.0, "response_scale": 1.0},
-                     {"eps": None}):
+    with pytest.warns(ResponseUnitsWarning, match="level_calibration=True"):
+        fdp_flower.fit(curves, y, level_calibration=False, **common)  # the cosine basis: the ADMM rule, no levels
+    for declared in ({}, {"response_bounds": (0.0, 20.0)}, {"response_offset": 10.0, "response_scale": 1.0},
+                     {"eps": None}):  # {}: the default level calibration places the level
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the predicted privacy cost of 100 curves a site
             warnings.simplefilter("error", ResponseUnitsWarning)  # (the later filter wins)

@@ -116,6 +116,10 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
                            plan.dim)
     if getattr(scenario.algorithm, "rule", "admm") == "newton":
         return _newton_ledger(scenario, calibration, sizes), sizes
+    from fdp_flower.algorithms.fdp_admm.plan import level_calibration
+
+    if level_calibration(scenario):
+        return _level_ledger(calibration, sizes), sizes
     for round_ in range(1, scenario.algorithm.rounds + 1):
         sensitivity, sigma = calibration.calibration(round_, sizes)
         ledger.record_many(term_release(i, round_, sensitivity[i], sigma[i]) for i in range(len(sizes)))
@@ -141,6 +145,23 @@ def _newton_ledger(scenario, calibration, sizes) -> PrivacyLedger:
     for round_, kind in enumerate(schedule.kinds, start=1):
         ledger.record_many(newton_release_event(kind, i, round_, float(m), plan, N.DENSITY_BANDWIDTHS[0])
                            for i, m in enumerate(sizes))
+    return ledger
+
+
+def _level_ledger(calibration, sizes) -> PrivacyLedger:
+    """The ADMM rule's releases with a level calibration (docs/algorithms.md, "Level calibration"): the data terms
+    of the ADMM plan's L rounds, then residual quartile shares and residual shares, one schedule splitting the same
+    mu^2 (:func:`fdp_flower.algorithms.fdp_admm.newton.level_schedule`)."""
+    from dataclasses import replace
+
+    from fdp_flower.algorithms.fdp_admm import newton as N
+    from fdp_flower.algorithms.fdp_admm.site import newton_release_event
+
+    schedule = N.level_schedule(calibration.noise_multipliers, total_records=float(np.sum(sizes)))
+    plan = replace(calibration, schedule=schedule, noise_multipliers=schedule.multipliers)
+    ledger = PrivacyLedger()
+    for round_, kind in enumerate(schedule.kinds, start=1):
+        ledger.record_many(newton_release_event(kind, i, round_, float(m), plan) for i, m in enumerate(sizes))
     return ledger
 
 
@@ -210,7 +231,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     delta = p.delta
     with_pld = not args.no_pld
-    newton = getattr(scenario.algorithm, "rule", "admm") == "newton"
+    from fdp_flower.algorithms.fdp_admm.plan import scheduled_rule
+
+    newton = scheduled_rule(scenario)  # the Newton rule, or the ADMM rule with a level calibration
     # the paper's closed form is the ADMM rule's per-round eps; the Newton rule's releases are other queries
     summaries = ledger.summaries(delta, with_pld=with_pld, closed_form=None if newton else fdp_admm_closed_form())
     add_remove = ledger.under_neighbouring("add_remove").summaries(delta, with_pld=with_pld)
@@ -220,7 +243,9 @@ def run(args: argparse.Namespace) -> int:
         from collections import Counter
 
         kinds = Counter(r.mechanism for r in ledger.releases if r.client == ledger.releases[0].client)
-        budget = (f"total budget (eps={p.eps:g}, delta={p.delta:g}), Newton rule: "
+        rule = "Newton rule" if getattr(scenario.algorithm, "rule", "admm") == "newton" else \
+            "ADMM rule with level calibration"
+        budget = (f"total budget (eps={p.eps:g}, delta={p.delta:g}), {rule}: "
                   + ", ".join(f"{n} {mechanism}" for mechanism, n in sorted(kinds.items())))
     print(f"{scenario.name}: FDP-ADMM, M={len(sizes)} clients, L={scenario.algorithm.rounds} rounds, "
           f"K={getattr(scenario.basis, 'n_components', '?')}, {budget}")

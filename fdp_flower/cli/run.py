@@ -39,11 +39,14 @@ def run_fdp_admm_inprocess(args: argparse.Namespace) -> int:
         out_dir = args.out or beside_other_runs(f"{scenario.output.dir}/{scenario.name}")
     else:
         raise ScenarioError("fdp-flower run: give a scenario file or --resume <checkpoint or results dir>")
-    rounds = scenario.algorithm.rounds
+    from fdp_flower.algorithms.fdp_admm.plan import level_calibration, planned_rounds
+
+    rounds = planned_rounds(scenario)
     # before the first release, not after training: writable, no other run in it, no other writer (a lock)
     claim_output_dir(out_dir, resume=resume is not None)
     args.results_dir = out_dir  # where the run writes (the plot goes there too)
-    print(f"rule: {getattr(scenario.algorithm, 'rule', 'admm')}, {rounds} rounds", flush=True)
+    levels = f" + level calibration ({scenario.algorithm.rounds} ADMM rounds)" if level_calibration(scenario) else ""
+    print(f"rule: {getattr(scenario.algorithm, 'rule', 'admm')}{levels}, {rounds} rounds", flush=True)
     if resume is None:  # what the setting can support, said before training (written to summary.json too)
         from fdp_flower.algorithms.fdp_admm.plan import partition_sizes
         from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_lines, predicted_cost_section

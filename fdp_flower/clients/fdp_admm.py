@@ -304,9 +304,9 @@ def newton_total_records(scenario: Scenario, config, source, own_records: int) -
     simulated data equal to the partition's total.  n only splits the schedule's one mu^2 among its release kinds
     (every split sums to the same mu^2, :func:`fdp_flower.algorithms.fdp_admm.newton.newton_schedule`), so a
     wrong n costs accuracy, never privacy.  None: not a Newton-rule run."""
-    from fdp_flower.algorithms.fdp_admm.plan import newton_rule
+    from fdp_flower.algorithms.fdp_admm.plan import scheduled_rule
 
-    if not newton_rule(scenario):
+    if not scheduled_rule(scenario):  # the Newton rule, or the ADMM rule's level calibration
         return None
     value = config[TOTAL_RECORDS_KEY] if TOTAL_RECORDS_KEY in config else None
     if isinstance(value, bool) or not isinstance(value, int) or not own_records <= value <= MAX_TOTAL_RECORDS:

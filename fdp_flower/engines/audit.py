@@ -433,6 +433,107 @@ class NewtonAuditProtocol(FDPADMMProtocol):
         return out
 
 
+class LevelAuditProtocol(FDPADMMProtocol):
+    """FDP-ADMM under the ADMM rule with a level calibration (``algorithm.level_calibration``): client ``party``'s
+    L data terms as :class:`FDPADMMProtocol` audits them (in the clip's noise shape), then its residual quartile
+    shares and residual shares (plain units) at the public values the real
+    :class:`~fdp_flower.algorithms.fdp_admm.level_protocol.LevelledADMMServer` names from the transcript so far (the
+    public state after step L is a copy of that server holding the ADMM estimator, advanced by its own step,
+    ``apply``, on every party's release)."""
+
+    def __init__(self, scenario, party: int = 0):
+        super().__init__(scenario, party)
+        self.schedule = self.site_plan.schedule
+        self.admm_rounds = int(scenario.algorithm.rounds)
+        self.steps = self.schedule.rounds
+        self.noise_shape = self.site_plan.scales
+        self._step = 1
+        self._template = None
+        self.name = f"FDP-ADMM, level calibration ({scenario.model.clip_shape} clip)"
+
+    @property
+    def scales(self):
+        return self.noise_shape if self._step <= self.admm_rounds else None
+
+    @scales.setter
+    def scales(self, value) -> None:  # FDPADMMProtocol.__init__ sets the data term's shape; the step decides here
+        self.noise_shape = value
+
+    def mechanism_at(self, step: int) -> str:
+        from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS
+
+        return MECHANISM if step <= self.admm_rounds else NEWTON_MECHANISMS[self.schedule.kind(step)]
+
+    def _levelled(self, public, round_: int):
+        """The calibrating server of ``public``: itself, or (an ADMM state: the start state of the site audit's
+        spread tests) a server holding that state's estimator as the model whose residuals it calibrates."""
+        import copy
+
+        from fdp_flower.algorithms.fdp_admm.level_protocol import LevelledADMMServer, held_state
+
+        if isinstance(public, LevelledADMMServer):
+            return public
+        if self._template is None:  # built once: its plan calibrates the schedule's multipliers
+            self._template = LevelledADMMServer(self.scenario, self.basis, self.client_sizes)
+        server = copy.copy(self._template)
+        server.brackets, server.intercepts = self._template.brackets.copy(), []
+        server.base = np.array(public.estimate(server.estimator), dtype=float)
+        server.state = held_state(public, server.base, round_)
+        return server
+
+    def release(self, public, hidden, data, step):
+        from fdp_flower.algorithms.fdp_admm import newton as N
+
+        self._step = step
+        if step <= self.admm_rounds:
+            return super().release(public, hidden, data, step)
+        values = self._levelled(public, step - 1).request_values(self.schedule.kind(step))
+        if self.schedule.kind(step) == N.RESIDUAL_QUARTILES:
+            return N.residual_quartile_shares(data.features, data.response, values["point"], values["thresholds"]), None
+        return np.array([N.residual_share(data.features, data.response, values["point"])]), None
+
+    def calibration(self, step):
+        from fdp_flower.algorithms.fdp_admm.site import newton_release_event
+
+        if step <= self.admm_rounds:
+            return super().calibration(step)
+        event = newton_release_event(self.schedule.kind(step), self.c, step, self.sizes[self.c], self.site_plan)
+        return float(event.sensitivity), float(event.sigma)
+
+    def advance(self, public, released, hidden, step, rng):
+        import copy
+
+        from fdp_flower.algorithms.fdp_admm.site import answer
+        from fdp_flower.algorithms.protocol import SiteRequest
+
+        if step < self.admm_rounds:
+            return super().advance(public, released, hidden, step, rng)
+        if step == self.admm_rounds:  # the ADMM phase's last server step, then the server that calibrates
+            return self._levelled(super().advance(public, released, hidden, step, rng), step)
+        values = public.request_values(self.schedule.kind(step))
+        requests = [SiteRequest(i, step, dict(values)) for i in self.others.clients]
+        replies = {self.c: np.asarray(released, dtype=float)}
+        for request, out in zip(requests, answer(requests, self.others, self.site_plan, lambda _events: rng)):
+            if isinstance(out, Exception):
+                raise out
+            replies[int(request.client)] = np.asarray(out.value, dtype=float)
+        server = copy.deepcopy(public)
+        server.apply(step, replies)
+        return server
+
+    def site_answer(self, public, data, step, noise, crafted=None):
+        from fdp_flower.algorithms.fdp_admm import site
+        from fdp_flower.algorithms.protocol import SiteRequest
+
+        self._step = step
+        if step <= self.admm_rounds:
+            return super().site_answer(public, data, step, noise, crafted)
+        values = {**self._levelled(public, step - 1).request_values(self.schedule.kind(step)), **(crafted or {})}
+        held = site.SiteData.stack([self.c], [data.features], [data.response])
+        (out,) = site.answer([SiteRequest(self.c, step, values)], held, self.site_plan, noise)
+        return out
+
+
 class FederatedFPCAProtocol(_Protocol):
     """Federated DP-FPCA: client ``party``'s one covariance-summary release (upper(C_i), mu_i)."""
 
@@ -753,6 +854,8 @@ def protocol_for(scenario, *, party: int = 0, variant: str | None = None, fpca: 
         return FederatedFPCAProtocol(scenario, party)
     if getattr(scenario.algorithm, "rule", "admm") == "newton":
         return NewtonAuditProtocol(scenario, party)
+    if getattr(scenario.algorithm, "level_calibration", False) and scenario.privacy.enabled:
+        return LevelAuditProtocol(scenario, party)
     audited = resolve(record.audit)
     return audited(scenario, party) if variant is None else audited(scenario, party, variant)
 

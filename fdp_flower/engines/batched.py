@@ -138,6 +138,9 @@ def _check_supported(scenario: Scenario) -> None:
         raise ValueError(f"the batched engine runs fdp_admm only, not {scenario.algorithm.kind!r}")
     if getattr(scenario.algorithm, "rule", "admm") != "admm":
         raise ValueError("the batched engine runs algorithm.rule 'admm' only: use the inprocess engine for 'newton'")
+    if getattr(scenario.algorithm, "level_calibration", False) and scenario.privacy.enabled:
+        raise ValueError("the batched engine runs the ADMM rounds only: use the inprocess engine for "
+                         "algorithm.level_calibration")
     faults = getattr(scenario, "faults", None)
     if faults is not None and faults.failure_rate > 0:
         raise ValueError("the batched engine does not inject failures (faults.failure_rate > 0): "

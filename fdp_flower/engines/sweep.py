@@ -72,7 +72,8 @@ class SweepConfig(BaseModel):
                              "algorithm.estimator (all post-processing, free)")
     engine: Literal["batched", "inprocess"] = Field(
         "batched", description="batched: configurations sharing data advance together "
-                               "(fdp_flower.engines.batched; algorithm.rule newton runs go one by one through "
+                               "(fdp_flower.engines.batched; algorithm.rule newton runs and private runs with "
+                               "algorithm.level_calibration go one by one through "
                                "run_fdp_admm); inprocess: one run_fdp_admm per run")
     workers: int | None = Field(None, ge=1, le=256, description="worker processes (null: the CPU count, "
                                                                 "at most the number of repetitions)")
@@ -206,7 +207,8 @@ def _run_unit(unit: list[Scenario], engine: str, history: bool,
     _limit_threads()
     out: dict[int, tuple[dict, dict]] = {}
     # the Newton rule's runs go one by one through the in-process engine (the batched engine is the ADMM rule's)
-    alone = [i for i, sc in enumerate(unit) if engine != "batched" or getattr(sc.algorithm, "rule", "admm") != "admm"]
+    alone = [i for i, sc in enumerate(unit) if engine != "batched" or getattr(sc.algorithm, "rule", "admm") != "admm"
+             or (getattr(sc.algorithm, "level_calibration", False) and sc.privacy.enabled)]
     together = [i for i in range(len(unit)) if i not in set(alone)]
     if together:
         from fdp_flower.engines.batched import run_batched

@@ -42,8 +42,11 @@ def noise_shape(scenario, basis) -> np.ndarray | None:
 
 
 def inference_round(scenario) -> int:
-    """The ledger round of the inference releases: right after the fit's last planned round."""
-    return int(scenario.algorithm.rounds) + 1
+    """The ledger round of the inference releases: right after the fit's last planned round (a level
+    calibration's included)."""
+    from fdp_flower.algorithms.fdp_admm.plan import planned_rounds
+
+    return planned_rounds(scenario) + 1
 
 
 def site_rows_of(model, curves: np.ndarray, response: np.ndarray) -> SiteRows:

@@ -129,6 +129,10 @@ def check_resumable(checkpoint: Checkpoint, scenario: Scenario) -> None:
     if a != b:
         diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         raise CheckpointError(f"the checkpoint belongs to another scenario (sections differ: {', '.join(diff)})")
-    if checkpoint.round > scenario.algorithm.rounds:
+    from fdp_flower.algorithms.fdp_admm.plan import planned_rounds
+
+    rounds = planned_rounds(scenario) if getattr(scenario.algorithm, "kind", None) == "fdp_admm" \
+        else scenario.algorithm.rounds
+    if checkpoint.round > rounds:
         raise CheckpointError(f"the checkpoint is at round {checkpoint.round}, beyond the scenario's "
-                              f"{scenario.algorithm.rounds} rounds")
+                              f"{rounds} rounds")

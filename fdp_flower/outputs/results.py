@@ -348,7 +348,7 @@ def summarize(result, privacy: dict | None = None) -> dict:
     summary = {
         "name": sc.name, "engine": result.engine, "rule": getattr(sc.algorithm, "rule", "admm"),
         "stop_reason": result.stop_reason,
-        "rounds_completed": len(result.history), "rounds_planned": sc.algorithm.rounds,
+        "rounds_completed": len(result.history), "rounds_planned": _planned_rounds(sc),
         "final": final,
         "final_global_w": result.state.global_w.tolist(),
         "estimator": sc.algorithm.estimator.model_dump(),
@@ -448,3 +448,10 @@ def write_protocol_results(server, scenario, out_dir: str | Path, *, engine: str
     write_run(out_dir, scenario, history=server.history, ledger=server.ledger, summary=summary,
               final=server.final_arrays(), failures=server.failures)
     return _clean(summary)
+
+
+def _planned_rounds(scenario) -> int:
+    """The rounds an FDP-ADMM run plans (a level calibration's included)."""
+    from fdp_flower.algorithms.fdp_admm.plan import planned_rounds
+
+    return planned_rounds(scenario)

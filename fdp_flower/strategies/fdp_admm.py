@@ -21,7 +21,7 @@ import numpy as np
 
 from fdp_flower.algorithms.fdp_admm.config import Scenario
 from fdp_flower.algorithms.fdp_admm.convergence import CAP, CONVERGED, ended_normally
-from fdp_flower.algorithms.fdp_admm.plan import data_source, newton_rule, noise_scales
+from fdp_flower.algorithms.fdp_admm.plan import data_source, noise_scales, scheduled_rule
 from fdp_flower.algorithms.fdp_admm.newton_protocol import make_server
 from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer
 from fdp_flower.algorithms.fdp_admm.setup import simulation_setup
@@ -127,7 +127,7 @@ class FDPADMMStrategy(ProtocolStrategy):
         self.server.resume(checkpoint.state, checkpoint.ledger.releases, checkpoint.history, checkpoint.failures,
                            checkpoint.server_state)
         super().resume_from(checkpoint.round)
-        return self.scenario.algorithm.rounds - checkpoint.round
+        return self.server.rounds_planned - checkpoint.round
 
     def round_arrays(self) -> ArrayRecord:
         return pack_arrays(global_w=self.state.global_w)
@@ -139,7 +139,7 @@ class FDPADMMStrategy(ProtocolStrategy):
         public n = sum_i m_i of the schedule's split (:func:`fdp_flower.clients.fdp_admm.newton_total_records`)."""
         if self.server.trust == "trusted_aggregator":
             return {MIN_RECORDS_KEY: int(self.server.calibration.min_records)}
-        if newton_rule(self.scenario):  # the Newton schedule's split of mu^2 (every site checks what it can)
+        if scheduled_rule(self.scenario):  # the schedule's split of mu^2 (every site checks what it can)
             return {TOTAL_RECORDS_KEY: int(np.sum(self.server.sizes))}
         return {}
 
@@ -312,7 +312,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
         strategy.site_reports.update(setup.site_reports)
     if scenario.privacy.enabled and (setup is not None or scenario.privacy.noise_source != "seeded"):
         strategy.journal = out_dir / JOURNAL_NAME
-    rounds_left = scenario.algorithm.rounds
+    rounds_left = strategy.server.rounds_planned
     if resume is not None:
         rounds_left = strategy.resume_from(resume)
         if strategy.journal is not None:  # made after the checkpoint by the interrupted run: charged too
@@ -321,7 +321,7 @@ def run_fdp_admm_federation(grid: Grid, context: Context, scenario: Scenario) ->
             log(INFO, "fdp-flower: charging %d releases the interrupted run requested after round %d",
                 len(lost), resume.round)
         log(INFO, "fdp-flower: resuming after round %d of %d (%d releases already in the ledger)",
-            resume.round, scenario.algorithm.rounds, len(resume.ledger.releases))
+            resume.round, strategy.server.rounds_planned, len(resume.ledger.releases))
     if setup is None and not any(r.round == FPCA_ROUND for r in strategy.ledger.releases):
         from fdp_flower.algorithms.fdp_admm.plan import noise_plan
 

@@ -118,6 +118,14 @@ class FDPADMMConfig(_Frozen):
                           "location/scale search runs inside them (responses outside count as at the bounds). "
                           "Unset: with privacy on the search runs in asinh(y) over |y| <= 1e7")
 
+    level_calibration: bool = Field(
+        False, description="admm rule, privacy on: after the ADMM rounds, 13 more rounds place the fitted quantile's "
+                           "level -- a private quartile search of the residuals y - a.w of the ADMM model (8 rounds "
+                           "in asinh), then 5 rounds of the share of responses below the fitted quantile, each "
+                           "moving the intercept by a one-shot Newton step -- at a share of the same total budget "
+                           "(docs/algorithms.md, 'Level calibration'). Needs an intercept, the quantile loss, "
+                           "privacy.mode total and privacy.trust site; ignored with privacy off")
+
     @model_validator(mode="after")
     def _bounds(self):
         b = self.response_bounds
@@ -181,7 +189,7 @@ def privacy_off_schedule(clip_shape: str, *, step_given: bool = False) -> dict[s
 
 
 #: FDP-ADMM fields only the ADMM rule reads: a scenario that sets one of them keeps ``rule: admm`` by default
-ADMM_ONLY_FIELDS = ("rho", "step", "step_units", "estimator", "rho_rule", "stopping")
+ADMM_ONLY_FIELDS = ("rho", "step", "step_units", "estimator", "rho_rule", "stopping", "level_calibration")
 
 
 def _section(data: dict[str, Any], name: str) -> Any:
@@ -398,6 +406,29 @@ class Scenario(_Frozen):
         if a.estimator.kind != "last" or a.stopping.kind != "cap" or a.rho_rule.kind != "fixed":
             raise ValueError("algorithm.rule 'newton' releases its own estimate after a fixed schedule: leave "
                              "algorithm.estimator, stopping and rho_rule unset")
+        return self
+
+    @model_validator(mode="after")
+    def _level_calibration_needs(self):
+        """What ``algorithm.level_calibration`` needs, each refused in one line: the ADMM rule (the Newton rule
+        calibrates its own intercept), an intercept, the quantile loss, and with privacy on one total budget and the
+        site trust mode (its releases split one mu^2 and are the site's own)."""
+        a = self.algorithm
+        if not getattr(a, "level_calibration", False):
+            return self
+        if a.rule != "admm":
+            raise ValueError("algorithm.level_calibration applies to rule 'admm' (the Newton rule calibrates its "
+                             "intercept itself): remove it")
+        if not self.model.intercept:
+            raise ValueError("algorithm.level_calibration moves the intercept: set model.intercept true")
+        if self.model.loss.kind != "quantile":
+            raise ValueError("algorithm.level_calibration places a quantile's level: model.loss.kind must be "
+                             "'quantile'")
+        p = self.privacy
+        if p.enabled and p.mode != "total":
+            raise ValueError("algorithm.level_calibration splits one total budget: set privacy.mode 'total'")
+        if p.enabled and p.trust != "site":
+            raise ValueError(f"algorithm.level_calibration runs with privacy.trust 'site' only (got {p.trust!r})")
         return self
 
     @model_validator(mode="after")

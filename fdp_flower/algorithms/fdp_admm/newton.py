@@ -41,8 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: the release kinds of the schedule, in the order a run asks for them
+#: the release kinds of the schedule, in the order a run asks for them (RESIDUAL_QUARTILES: the ADMM rule's level
+#: calibration, :func:`level_schedule`)
 RANGE, QUARTILES, TERM, DENSITY, SHARE = "range", "quartiles", "term", "density", "share"
+RESIDUAL_QUARTILES = "residual_quartiles"
 #: quartile-search levels, thresholds per level and round, and the six rounds' shares of the phase's budget
 LEVELS = (0.25, 0.75)
 THRESHOLDS_PER_LEVEL = 3
@@ -63,6 +65,8 @@ CALIBRATION_ROUNDS = 5
 #: the step (in Newton units) before the first density, and after it
 FIRST_STEP, STEP = 0.5, 1.0
 CURVATURE_CLAMP = 4.0
+#: the level calibration's rounds after the ADMM rule's term rounds (:func:`level_schedule`)
+LEVEL_KINDS = (RESIDUAL_QUARTILES,) * UNBOUNDED_LOCATION_ROUNDS + (SHARE,) * CALIBRATION_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -171,11 +175,40 @@ def newton_schedule(rounds: int, *, mu: float | None, total_records: float, inte
     return NewtonSchedule(kinds, np.asarray(out))
 
 
+def level_schedule(term_multipliers, *, total_records: float) -> NewtonSchedule:
+    """The ADMM rule's schedule with a level calibration (``algorithm.level_calibration``; docs/algorithms.md,
+    "Level calibration"): the L data-term rounds of the ADMM plan, then :data:`UNBOUNDED_LOCATION_ROUNDS` rounds
+    of residual quartile shares and :data:`CALIBRATION_ROUNDS` rounds of the residual share.  ``term_multipliers``
+    the ADMM plan's z_l (None: privacy off), which compose to mu^2 = sum_l z_l^-2; the auxiliary rounds take the
+    shares of :func:`budget_shares` (location/scale and calibration, no density) of that mu^2 and the term rounds
+    the rest, each z_l scaled by 1 / sqrt(1 - shares), so the whole schedule still composes to mu^2."""
+    if term_multipliers is None:
+        raise ValueError("the level calibration runs with privacy on only")
+    z = np.asarray(term_multipliers, float)
+    kinds = (TERM,) * len(z) + LEVEL_KINDS
+    mu = float(np.sqrt(np.sum(z ** -2.0)))
+    shares = budget_shares(total_records, mu, intercept=True, location_scale=True)
+    auxiliary = shares.location_scale + shares.calibration
+    quartile_shares = np.asarray(UNBOUNDED_QUARTILE_ROUND_SHARES, float)
+    quartile_shares = quartile_shares / quartile_shares.sum()
+    out = list(z / math.sqrt(1.0 - auxiliary))
+    out += [1.0 / (mu * math.sqrt(shares.location_scale * q)) for q in quartile_shares]
+    out += [1.0 / (mu * math.sqrt(shares.calibration / CALIBRATION_ROUNDS))] * CALIBRATION_ROUNDS
+    return NewtonSchedule(kinds, np.asarray(out))
+
+
+def residual_quartile_shares(features: np.ndarray, response: np.ndarray, point: np.ndarray,
+                             thresholds: np.ndarray) -> np.ndarray:
+    """(1/m) #{y_j - a_j.w <= t} for every named threshold t: the quartile shares of the residuals at the named
+    model w (the level calibration's search, :func:`level_schedule`)."""
+    return quartile_shares(response - features @ point, thresholds)
+
+
 #: l2 sensitivity of each kind's release in units of 1 / m_i (density: also / (2 h); term: times 2 G)
 def release_sensitivity(kind: str, m: float, *, gradient_bound: float = 1.0, bandwidth: float | None = None) -> float:
     """The replace-one l2 sensitivity of one release of ``kind`` by a site of m records: quartile shares
     sqrt(6) / m, the data term 2 G / m (in the noise metric), the density 1 / (2 h m), a share 1 / m."""
-    if kind == QUARTILES:
+    if kind in (QUARTILES, RESIDUAL_QUARTILES):
         return math.sqrt(len(LEVELS) * THRESHOLDS_PER_LEVEL) / m
     if kind == TERM:
         return 2.0 * gradient_bound / m

@@ -309,7 +309,15 @@ class NewtonServer(FDPADMMServer):
 
 def make_server(scenario, basis, sizes, **kwargs) -> FDPADMMServer:
     """FDP-ADMM's server of ``scenario``'s rule: :class:`NewtonServer` for ``algorithm.rule: newton``, else the
-    ADMM rule's :class:`~fdp_flower.algorithms.fdp_admm.protocol.FDPADMMServer` (every driver builds it here)."""
+    ADMM rule's :class:`~fdp_flower.algorithms.fdp_admm.protocol.FDPADMMServer` (with a private
+    ``algorithm.level_calibration``: :class:`~fdp_flower.algorithms.fdp_admm.level_protocol.LevelledADMMServer`;
+    every driver builds it here)."""
+    from fdp_flower.algorithms.fdp_admm.plan import level_calibration
+
     if getattr(scenario.algorithm, "rule", "admm") == "newton":
         return NewtonServer(scenario, basis, sizes, **kwargs)
+    if level_calibration(scenario):
+        from fdp_flower.algorithms.fdp_admm.level_protocol import LevelledADMMServer
+
+        return LevelledADMMServer(scenario, basis, sizes, **kwargs)
     return FDPADMMServer(scenario, basis, sizes, **kwargs)

@@ -239,6 +239,26 @@ def newton_rule(scenario: Scenario) -> bool:
     return getattr(scenario.algorithm, "rule", "admm") == "newton"
 
 
+def level_calibration(scenario: Scenario) -> bool:
+    """True for a private ADMM-rule run with ``algorithm.level_calibration`` (its schedule:
+    :func:`fdp_flower.algorithms.fdp_admm.newton.level_schedule`; ignored with privacy off)."""
+    return bool(getattr(scenario.algorithm, "level_calibration", False)) and scenario.privacy.enabled \
+        and not newton_rule(scenario)
+
+
+def planned_rounds(scenario: Scenario) -> int:
+    """The rounds of a run: ``algorithm.rounds``, plus the level calibration's 13 when it runs."""
+    from fdp_flower.algorithms.fdp_admm.newton import LEVEL_KINDS
+
+    return int(scenario.algorithm.rounds) + (len(LEVEL_KINDS) if level_calibration(scenario) else 0)
+
+
+def scheduled_rule(scenario: Scenario) -> bool:
+    """True when the run's releases follow a public schedule of kinds split from one mu^2 by the public
+    n = sum_i m_i: the Newton rule, or the ADMM rule with a level calibration."""
+    return newton_rule(scenario) or level_calibration(scenario)
+
+
 def newton_plan(scenario: Scenario, basis: FunctionalBasis, total_records: float):
     """The Newton rule's public schedule (:func:`fdp_flower.algorithms.fdp_admm.newton.newton_schedule`): its
     mu^2 is the ADMM plan's sum_l z_l^-2 for the same ``algorithm.rounds`` and budget (the total budget net of
@@ -267,6 +287,13 @@ def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None, total_reco
         if total_records is None:
             total_records = float(np.sum(sizes)) if sizes is not None else float(np.sum(partition_sizes(scenario)))
         schedule = newton_plan(scenario, basis, total_records)
+        site = replace(site, schedule=schedule, noise_multipliers=schedule.multipliers)
+    elif level_calibration(scenario):
+        from fdp_flower.algorithms.fdp_admm.newton import level_schedule
+
+        if total_records is None:
+            total_records = float(np.sum(sizes)) if sizes is not None else float(np.sum(partition_sizes(scenario)))
+        schedule = level_schedule(plan.noise_multipliers, total_records=float(total_records))
         site = replace(site, schedule=schedule, noise_multipliers=schedule.multipliers)
     trust = aggregation_trust(scenario)
     if trust == "site":

@@ -361,10 +361,10 @@ def _aggregated_release(client: int, round_: int, whitened: np.ndarray, m: float
 
 #: The ledger mechanisms of the Newton rule's releases other than the data term (docs/privacy.md)
 NEWTON_MECHANISMS = {"quartiles": "fdp_newton_quartile_shares", "density": "fdp_newton_residual_density",
-                     "share": "fdp_newton_residual_share"}
+                     "share": "fdp_newton_residual_share", "residual_quartiles": "fdp_level_residual_quartile_shares"}
 #: the public values each release kind of the Newton rule names, and nothing else
 _NEWTON_KEYS = {"range": set(), "quartiles": {"thresholds"}, "density": {"point", "bandwidth"}, "share": {"point"},
-                "term": {"point"}}
+                "term": {"point"}, "residual_quartiles": {"point", "thresholds"}}
 
 
 def newton_release_event(kind: str, client: int, round_: int, m: float, plan: SitePlan, bandwidth: float | None = None
@@ -415,10 +415,14 @@ def _answer_newton(requests: Sequence[SiteRequest], data: SiteData, plan: SitePl
                 out.append(SiteRelease(client, round_, np.array([response.min(), response.max()]), m, None,
                                        {"sensitivity": 0.0, "sigma": 0.0}))
                 continue
-            if kind == N.QUARTILES:
+            if kind in (N.QUARTILES, N.RESIDUAL_QUARTILES):
                 thresholds = check_public("thresholds", request.public["thresholds"],
                                           (len(N.LEVELS) * N.THRESHOLDS_PER_LEVEL,))
-                value = N.quartile_shares(response, thresholds)
+                if kind == N.QUARTILES:
+                    value = N.quartile_shares(response, thresholds)
+                else:
+                    point = check_public("point", request.public["point"], (plan.dim,))
+                    value = N.residual_quartile_shares(features, response, point, thresholds)
             else:
                 point = check_public("point", request.public["point"], (plan.dim,))
                 if kind == N.DENSITY:
