@@ -459,7 +459,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         calibration (``level_calibration``) places the fitted quantile's level whatever the location and scale.
     rho, step, estimator : float or None, float or None, str or None
         The ADMM rule's settings (giving one asks for that rule): the ADMM penalty (default: the schema's 0.1);
-        a constant step eta (default: 3.0; Zhou & Xiang's (2022) Theorem 2 step in
+        a constant step eta (default: 3.0, and 1.0 with the level calibration, whose ADMM rounds run in
+        standardized units; Zhou & Xiang's (2022) Theorem 2 step in
         per_round mode); the released estimator "last", "average" or "tail_average" (default:
         tail_average, the mean of the last half of the global iterates; last in per_round mode).
     seed : int

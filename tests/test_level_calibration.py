@@ -1,7 +1,7 @@
-"""The ADMM rule's level calibration (``algorithm.level_calibration``; fdp_flower/algorithms/fdp_admm/level_protocol.py):
-its schedule splits the ADMM plan's mu^2, a private fit places the quantile's level at any location and scale, the
-audit replays its releases, ``fdp-flower privacy`` plans them, a checkpoint inside it resumes, and Flower runs it as
-the in-process engine does."""
+"""The ADMM rule's location/scale search and level calibration (``algorithm.level_calibration``;
+fdp_flower/algorithms/fdp_admm/level_protocol.py): its schedule splits the ADMM plan's mu^2, a private fit gives the
+same quantiles at any location and scale and places their level, the audit replays its releases, ``fdp-flower
+privacy`` plans them, a checkpoint inside it resumes, and Flower runs it as the in-process engine does."""
 from __future__ import annotations
 
 import math
@@ -27,15 +27,15 @@ def scenario(*, tau=0.25, rounds=20, n=1500, clients=3, level=True, **privacy):
         "privacy": {"enabled": True, "mode": "total", "eps": 1.0, "delta": 1e-5, **privacy}})
 
 
-def test_the_schedule_appends_13_rounds_and_splits_the_admm_plans_mu_squared_exactly():
+def test_the_schedule_adds_8_and_13_rounds_and_splits_the_admm_plans_mu_squared_exactly():
     sc = scenario()
     basis = build_basis(sc)
     z_admm = noise_plan(sc, basis).noise_multipliers
     schedule = site_plan(sc, basis, [500, 500, 500]).schedule
-    assert schedule.kinds == (N.TERM,) * 20 + (N.RESIDUAL_QUARTILES,) * 8 + (N.SHARE,) * 5
+    assert schedule.kinds == (N.QUARTILES,) * 8 + (N.TERM,) * 20 + (N.RESIDUAL_QUARTILES,) * 8 + (N.SHARE,) * 5
     assert np.sum(schedule.multipliers ** -2.0) == pytest.approx(np.sum(z_admm ** -2.0), rel=1e-12)
     # the term rounds keep the ADMM plan's shape, each z_l scaled by the same factor
-    ratio = schedule.multipliers[:20] / z_admm
+    ratio = schedule.multipliers[8:28] / z_admm
     np.testing.assert_allclose(ratio, ratio[0], rtol=1e-12)
     assert ratio[0] > 1
 
@@ -66,8 +66,9 @@ def test_a_private_run_spends_its_budget_and_fdp_flower_privacy_plans_the_same_r
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         run = run_fdp_admm(sc, with_reference=False)
-    assert len(run.history) == 33 and len(run.ledger.releases) == 3 * 33
+    assert len(run.history) == 41 and len(run.ledger.releases) == 3 * 41
     assert {r.mechanism for r in run.ledger.releases} == {"fdp_admm_subgradient", "fdp_newton_residual_share",
+                                                          "fdp_newton_quartile_shares",
                                                           "fdp_level_residual_quartile_shares"}
     assert 0.97 <= run.history[-1]["eps_pld"] <= 1.0
     from fdp_flower.cli.privacy import fdp_admm_ledger
@@ -99,10 +100,12 @@ def _tolerance(tau: float, sizes, eps: float = 1.0, delta: float = 1e-5, n_test:
 
 @pytest.mark.parametrize("tau", [0.1, 0.9])
 def test_fit_places_the_level_at_any_location_and_scale(tau):
-    """``fit`` with every default (the cosine basis: the ADMM rule, now with its level calibration) at eps = 1:
-    the share of held-out responses below the fitted tau-quantile is within the level's error of tau, for the
-    response y and for 1e4 + 1e3 y and 10 + 1e-3 y -- with nothing declared about the response.  Without the
-    calibration the 0.1-quantile of 10 + y leaves about 1% below it."""
+    """``fit`` with every default (the cosine basis: the ADMM rule, now with its location/scale search and level
+    calibration) at eps = 1: the share of held-out responses below the fitted tau-quantile is within the level's
+    error of tau, for the response 10 + y and for 1e4 + 1e3 y and 10 + 1e-3 y -- with nothing declared about the
+    response -- and the fitted quantile keeps its spread over the curves in response sds (the ADMM rule alone in
+    the response's units gives a 1e4-centred response slopes of noise: a spread of 10 sds or more).  Without them
+    the quantile of 10 + y is off its level."""
     import fdp_flower
 
     rng = np.random.default_rng(11)
@@ -118,8 +121,13 @@ def test_fit_places_the_level_at_any_location_and_scale(tau):
             warnings.simplefilter("ignore")  # the predicted privacy cost
             model = fdp_flower.fit(curves[:n], y[:n], grid=grid, tau=tau, eps=1.0, n_clients=5, reference=False)
         assert model.scenario.algorithm.level_calibration and model.scenario.algorithm.rule == "admm"
-        share = float(np.mean(y[n:] <= model.predict(curves[n:])))
+        fitted = model.predict(curves[n:])
+        share = float(np.mean(y[n:] <= fitted))
         assert abs(share - tau) <= tolerance, (c, s, share, tolerance)
+        # the exact conditional quantile's spread over the curves is sd(scores @ beta) = 1.12 response sds of y0
+        # scaled; a fit in standardized units keeps it within a factor 3 (noise widens it, shrinkage narrows it)
+        spread = float(np.std(fitted)) / (s * float(np.std(y0)))
+        assert 0.1 <= spread <= 3.0, (c, s, spread)
         assert 0.97 <= model.privacy.eps <= 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -132,7 +140,7 @@ def test_the_search_and_the_calibration_recover_the_residual_quantile_without_no
     """The server's steps on exact releases (no noise): the search's location and scale are the residuals'
     midhinge and IQR / 1.349 to its resolution, and after the 5 share rounds the pooled share of residuals at or
     below the calibrated intercept is tau to within the one-shot steps' residual error (a normal law's, 1e-3)."""
-    from fdp_flower.algorithms.fdp_admm.level_protocol import LevelledADMMServer, held_state
+    from fdp_flower.algorithms.fdp_admm.level_protocol import LevelledADMMServer
 
     sc = scenario(tau=0.25)
     basis = build_basis(sc)
@@ -141,9 +149,17 @@ def test_the_search_and_the_calibration_recover_the_residual_quantile_without_no
     rng = np.random.default_rng(5)
     features = [np.c_[np.full(500, server.c0), rng.standard_normal((500, 4))] for _ in sizes]
     responses = [37.0 + 2.5 * rng.standard_normal(500) for _ in sizes]
-    server.base = np.zeros(5)
-    server.state = held_state(server.state, server.base, 20)
-    for round_ in range(21, 34):
+    pooled = np.concatenate(responses)
+    q1, q3 = np.quantile(pooled, [0.25, 0.75])
+    for round_ in range(1, 9):  # the responses' search
+        values = server.request_values(N.QUARTILES)
+        server.apply(round_, {i: N.quartile_shares(y, values["thresholds"]) for i, y in enumerate(responses)})
+    assert server.scale == pytest.approx((q3 - q1) / 1.349, rel=0.02)
+    assert server.location == pytest.approx((q1 + q3) / 2, abs=0.02 * server.scale)
+    # the ADMM rounds' point is the standardized iterate in the response's units: 0 -> location / c0 in the intercept
+    np.testing.assert_allclose(server.request_values(N.TERM, 1)["point"], [server.location / server.c0, 0, 0, 0, 0])
+    server.base = np.zeros(5)  # as if the ADMM rounds had released the zero model: the residuals are y
+    for round_ in range(29, 42):
         values = server.request_values(server.schedule.kind(round_))
         if server.schedule.kind(round_) == N.RESIDUAL_QUARTILES:
             releases = {i: N.residual_quartile_shares(a, y, values["point"], values["thresholds"])
@@ -152,13 +168,10 @@ def test_the_search_and_the_calibration_recover_the_residual_quantile_without_no
             releases = {i: np.array([N.residual_share(a, y, values["point"])])
                         for i, (a, y) in enumerate(zip(features, responses))}
         server.apply(round_, releases)
-        if round_ == 28:
-            pooled = np.concatenate(responses)
-            q1, q3 = np.quantile(pooled, [0.25, 0.75])
+        if round_ == 36:
             assert server.residual_scale == pytest.approx((q3 - q1) / 1.349, rel=0.02)
             assert server.offset == pytest.approx((q1 + q3) / 2 + server.residual_scale * stats.norm.ppf(0.25),
                                                   abs=0.02 * server.residual_scale)
-    pooled = np.concatenate(responses)
     w = server.current_model
     assert w[0] * server.c0 == pytest.approx(server.offset) and np.all(w[1:] == 0)
     assert abs(float(np.mean(pooled <= server.offset)) - 0.25) <= 2e-3
@@ -173,16 +186,19 @@ def test_a_run_interrupted_inside_the_calibration_resumes_to_the_uninterrupted_m
         whole = run_fdp_admm(sc, with_reference=False)
         sc_ckpt = parse_scenario({**sc.model_dump(mode="json"), "output": {"checkpoint_every": 1}})
         path = tmp_path / "checkpoint.npz"
-        run_fdp_admm(sc_ckpt, with_reference=False, checkpoint_path=path, stop_after=17)  # inside the search
-        checkpoint = read_checkpoint(path)
-        assert checkpoint.round == 17 and checkpoint.server_state["rule"] == "admm_levels"
-        resumed = run_fdp_admm(sc_ckpt, with_reference=False, resume=checkpoint)
-    np.testing.assert_allclose(resumed.state.global_w, whole.state.global_w, rtol=0, atol=1e-12)
-    assert len(resumed.ledger.releases) == len(whole.ledger.releases)
+        for stop in (5, 14, 25):  # inside the responses' search, the ADMM rounds and the residuals' search
+            path = tmp_path / f"stop-{stop}" / "checkpoint.npz"
+            run_fdp_admm(sc_ckpt, with_reference=False, checkpoint_path=path, stop_after=stop)
+            checkpoint = read_checkpoint(path)
+            assert checkpoint.round == stop and checkpoint.server_state["rule"] == "admm_levels"
+            resumed = run_fdp_admm(sc_ckpt, with_reference=False, resume=checkpoint)
+            np.testing.assert_allclose(resumed.state.global_w, whole.state.global_w, rtol=0, atol=1e-12)
+            assert len(resumed.ledger.releases) == len(whole.ledger.releases)
 
 
 def test_the_audit_replays_the_calibration_and_it_passes():
-    """``fdp-flower audit``: the 3 data terms, 8 residual quartile rounds and 5 share rounds of party 0, each within
+    """``fdp-flower audit``: the 8 quartile rounds, 3 data terms, 8 residual quartile rounds and 5 share rounds of
+    party 0, each within
     its calibrated sensitivity on every neighbour pair, the KL within budget, the likelihood-ratio bound below the
     accounted eps, and the site's noise as its ledger says; the canary attains the share rounds' calibration."""
     from fdp_flower.engines.audit import audit_protocol, protocol_for
@@ -191,10 +207,12 @@ def test_the_audit_replays_the_calibration_and_it_passes():
     protocol = protocol_for(sc)
     report = audit_protocol(protocol, transcripts=3, lr_trials=30)
     assert report.passed, "\n".join(report.failures)
-    assert report.steps == 16
+    assert report.steps == 24
     canary = next(p for p in report.pairs if p.label == "canary replace-one")
     assert np.all(canary.ratio <= 1 + 1e-9)
-    assert np.any(np.isclose(canary.ratio[11:], 1.0, atol=1e-9))  # a share round at its calibration
+    # the canary (opposite responses) attains the quartile rounds' calibration from the second round on, as under
+    # the Newton rule
+    np.testing.assert_allclose(canary.ratio[1:8], 1.0, atol=1e-9)
     assert 0.97 <= report.eps_accounted["replace_one"] <= 1.0
 
 
@@ -210,14 +228,14 @@ def test_the_audit_fails_a_site_that_understates_the_residual_quartile_shares(mo
     monkeypatch.setattr(newton_module, "release_sensitivity", understated)
     report = audit_protocol(protocol_for(scenario(rounds=3, n=600)), transcripts=3, lr_trials=30)
     assert not report.passed
-    assert any("measured sensitivity" in f and any(f"step {t}:" in f for t in range(4, 12)) for f in report.failures), \
+    assert any("measured sensitivity" in f and any(f"step {t}:" in f for t in range(12, 20)) for f in report.failures), \
         report.failures
 
 
 @pytest.mark.slow
 def test_flower_simulation_runs_the_level_calibration_as_the_in_process_engine(tmp_path):
     """``fdp-flower run --engine flower`` (a SuperLink with Flower's simulation runtime, the real ClientApp) and the
-    in-process engine: the same 15 + 13 releases per site and the same released model (to rounding)."""
+    in-process engine: the same 8 + 15 + 13 releases per site and the same released model (to rounding)."""
     import csv
 
     import yaml
@@ -233,4 +251,4 @@ def test_flower_simulation_runs_the_level_calibration_as_the_in_process_engine(t
     np.testing.assert_allclose(np.load(results / "final.npz")["state_global_w"], local.state.global_w,
                                rtol=0, atol=1e-9)
     with open(results / "ledger.csv") as f:
-        assert sum(1 for _ in csv.DictReader(f)) == 3 * 28
+        assert sum(1 for _ in csv.DictReader(f)) == 3 * 36

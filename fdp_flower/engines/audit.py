@@ -434,69 +434,64 @@ class NewtonAuditProtocol(FDPADMMProtocol):
 
 
 class LevelAuditProtocol(FDPADMMProtocol):
-    """FDP-ADMM under the ADMM rule with a level calibration (``algorithm.level_calibration``): client ``party``'s
-    L data terms as :class:`FDPADMMProtocol` audits them (in the clip's noise shape), then its residual quartile
-    shares and residual shares (plain units) at the public values the real
-    :class:`~fdp_flower.algorithms.fdp_admm.level_protocol.LevelledADMMServer` names from the transcript so far (the
-    public state after step L is a copy of that server holding the ADMM estimator, advanced by its own step,
-    ``apply``, on every party's release)."""
+    """FDP-ADMM under the ADMM rule with its location/scale search and level calibration
+    (``algorithm.level_calibration``): client ``party``'s releases of the schedule -- quartile shares of the
+    responses, the L data terms, quartile shares of the residuals, residual shares -- at the public values the real
+    :class:`~fdp_flower.algorithms.fdp_admm.level_protocol.LevelledADMMServer` names from the transcript so far
+    (``request_values``; the public state is a copy of that server, advanced by its own step, ``apply``, on every
+    party's release).  The data terms are audited in the clip's noise shape, the shares in plain units."""
 
     def __init__(self, scenario, party: int = 0):
+        from fdp_flower.algorithms.fdp_admm.level_protocol import LevelledADMMServer
+
         super().__init__(scenario, party)
+        self.site_plan = site_plan_of(scenario, self.basis, self.client_sizes)
         self.schedule = self.site_plan.schedule
-        self.admm_rounds = int(scenario.algorithm.rounds)
         self.steps = self.schedule.rounds
+        self.server = LevelledADMMServer(scenario, self.basis, self.client_sizes)
         self.noise_shape = self.site_plan.scales
         self._step = 1
-        self._template = None
-        self.name = f"FDP-ADMM, level calibration ({scenario.model.clip_shape} clip)"
+        self.name = f"FDP-ADMM, location/scale search and level calibration ({scenario.model.clip_shape} clip)"
 
     @property
     def scales(self):
-        return self.noise_shape if self._step <= self.admm_rounds else None
+        from fdp_flower.algorithms.fdp_admm import newton as N
+
+        return self.noise_shape if self.schedule.kind(self._step) == N.TERM else None
 
     @scales.setter
-    def scales(self, value) -> None:  # FDPADMMProtocol.__init__ sets the data term's shape; the step decides here
+    def scales(self, value) -> None:  # FDPADMMProtocol.__init__ sets the data term's shape; the kind decides here
         self.noise_shape = value
 
     def mechanism_at(self, step: int) -> str:
+        from fdp_flower.algorithms.fdp_admm import newton as N
         from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS
 
-        return MECHANISM if step <= self.admm_rounds else NEWTON_MECHANISMS[self.schedule.kind(step)]
+        kind = self.schedule.kind(step)
+        return MECHANISM if kind == N.TERM else NEWTON_MECHANISMS[kind]
 
-    def _levelled(self, public, round_: int):
-        """The calibrating server of ``public``: itself, or (an ADMM state: the start state of the site audit's
-        spread tests) a server holding that state's estimator as the model whose residuals it calibrates."""
-        import copy
-
-        from fdp_flower.algorithms.fdp_admm.level_protocol import LevelledADMMServer, held_state
-
-        if isinstance(public, LevelledADMMServer):
-            return public
-        if self._template is None:  # built once: its plan calibrates the schedule's multipliers
-            self._template = LevelledADMMServer(self.scenario, self.basis, self.client_sizes)
-        server = copy.copy(self._template)
-        server.brackets, server.intercepts = self._template.brackets.copy(), []
-        server.base = np.array(public.estimate(server.estimator), dtype=float)
-        server.state = held_state(public, server.base, round_)
-        return server
+    def start(self):
+        return self.server
 
     def release(self, public, hidden, data, step):
         from fdp_flower.algorithms.fdp_admm import newton as N
+        from fdp_flower.algorithms.fdp_admm.site import SiteData, mean_loss_terms
 
         self._step = step
-        if step <= self.admm_rounds:
-            return super().release(public, hidden, data, step)
-        values = self._levelled(public, step - 1).request_values(self.schedule.kind(step))
-        if self.schedule.kind(step) == N.RESIDUAL_QUARTILES:
+        kind = self.schedule.kind(step)
+        values = public.request_values(kind, self.c)
+        if kind == N.QUARTILES:
+            return N.quartile_shares(data.response, values["thresholds"]), None
+        if kind == N.TERM:
+            site = SiteData.stack([self.c], [data.features], [data.response])
+            return -mean_loss_terms(self.site_plan.loss, site, values["point"][None, :])[0], None
+        if kind == N.RESIDUAL_QUARTILES:
             return N.residual_quartile_shares(data.features, data.response, values["point"], values["thresholds"]), None
         return np.array([N.residual_share(data.features, data.response, values["point"])]), None
 
     def calibration(self, step):
         from fdp_flower.algorithms.fdp_admm.site import newton_release_event
 
-        if step <= self.admm_rounds:
-            return super().calibration(step)
         event = newton_release_event(self.schedule.kind(step), self.c, step, self.sizes[self.c], self.site_plan)
         return float(event.sensitivity), float(event.sigma)
 
@@ -506,12 +501,8 @@ class LevelAuditProtocol(FDPADMMProtocol):
         from fdp_flower.algorithms.fdp_admm.site import answer
         from fdp_flower.algorithms.protocol import SiteRequest
 
-        if step < self.admm_rounds:
-            return super().advance(public, released, hidden, step, rng)
-        if step == self.admm_rounds:  # the ADMM phase's last server step, then the server that calibrates
-            return self._levelled(super().advance(public, released, hidden, step, rng), step)
-        values = public.request_values(self.schedule.kind(step))
-        requests = [SiteRequest(i, step, dict(values)) for i in self.others.clients]
+        kind = self.schedule.kind(step)
+        requests = [SiteRequest(i, step, public.request_values(kind, i)) for i in self.others.clients]
         replies = {self.c: np.asarray(released, dtype=float)}
         for request, out in zip(requests, answer(requests, self.others, self.site_plan, lambda _events: rng)):
             if isinstance(out, Exception):
@@ -521,17 +512,31 @@ class LevelAuditProtocol(FDPADMMProtocol):
         server.apply(step, replies)
         return server
 
+    def adversarial_states(self, row):
+        return []  # the public values of every kind are checked by the site (site_answer, adversarial mode)
+
+    @property
+    def public_names(self) -> tuple[str, ...]:
+        from fdp_flower.algorithms.fdp_admm.site import _NEWTON_KEYS
+
+        return tuple(sorted(_NEWTON_KEYS[self.schedule.kind(1)]))
+
     def site_answer(self, public, data, step, noise, crafted=None):
         from fdp_flower.algorithms.fdp_admm import site
         from fdp_flower.algorithms.protocol import SiteRequest
 
         self._step = step
-        if step <= self.admm_rounds:
-            return super().site_answer(public, data, step, noise, crafted)
-        values = {**self._levelled(public, step - 1).request_values(self.schedule.kind(step)), **(crafted or {})}
+        values = {**public.request_values(self.schedule.kind(step), self.c), **(crafted or {})}
         held = site.SiteData.stack([self.c], [data.features], [data.response])
         (out,) = site.answer([SiteRequest(self.c, step, values)], held, self.site_plan, noise)
         return out
+
+
+def site_plan_of(scenario, basis, sizes):
+    """The run's site plan for the public ``sizes`` (its schedule splits mu^2 by n = sum_i m_i)."""
+    from fdp_flower.algorithms.fdp_admm.plan import site_plan
+
+    return site_plan(scenario, basis, sizes)
 
 
 class FederatedFPCAProtocol(_Protocol):

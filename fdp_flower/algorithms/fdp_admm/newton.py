@@ -65,7 +65,8 @@ CALIBRATION_ROUNDS = 5
 #: the step (in Newton units) before the first density, and after it
 FIRST_STEP, STEP = 0.5, 1.0
 CURVATURE_CLAMP = 4.0
-#: the level calibration's rounds after the ADMM rule's term rounds (:func:`level_schedule`)
+#: the level calibration's rounds after the ADMM rule's term rounds (:func:`level_schedule`; before them the
+#: same search as the Newton rule's without bounds, :data:`UNBOUNDED_LOCATION_ROUNDS` quartile rounds)
 LEVEL_KINDS = (RESIDUAL_QUARTILES,) * UNBOUNDED_LOCATION_ROUNDS + (SHARE,) * CALIBRATION_ROUNDS
 
 
@@ -176,23 +177,24 @@ def newton_schedule(rounds: int, *, mu: float | None, total_records: float, inte
 
 
 def level_schedule(term_multipliers, *, total_records: float) -> NewtonSchedule:
-    """The ADMM rule's schedule with a level calibration (``algorithm.level_calibration``; docs/algorithms.md,
-    "Level calibration"): the L data-term rounds of the ADMM plan, then :data:`UNBOUNDED_LOCATION_ROUNDS` rounds
-    of residual quartile shares and :data:`CALIBRATION_ROUNDS` rounds of the residual share.  ``term_multipliers``
-    the ADMM plan's z_l (None: privacy off), which compose to mu^2 = sum_l z_l^-2; the auxiliary rounds take the
-    shares of :func:`budget_shares` (location/scale and calibration, no density) of that mu^2 and the term rounds
-    the rest, each z_l scaled by 1 / sqrt(1 - shares), so the whole schedule still composes to mu^2."""
+    """The ADMM rule's schedule with its location/scale search and level calibration
+    (``algorithm.level_calibration``; docs/algorithms.md section 1.4): :data:`UNBOUNDED_LOCATION_ROUNDS` rounds of
+    quartile shares of the responses, the L data-term rounds of the ADMM plan, then :data:`LEVEL_KINDS` (residual
+    quartile shares, then residual shares).  ``term_multipliers``: the ADMM plan's z_l, which compose to
+    mu^2 = sum_l z_l^-2.  The two searches take the location/scale share of :func:`budget_shares` each and the
+    share rounds its calibration share; the term rounds take the rest, each z_l scaled by 1 / sqrt(1 - shares), so
+    the whole schedule still composes to mu^2."""
     if term_multipliers is None:
         raise ValueError("the level calibration runs with privacy on only")
     z = np.asarray(term_multipliers, float)
-    kinds = (TERM,) * len(z) + LEVEL_KINDS
+    kinds = (QUARTILES,) * UNBOUNDED_LOCATION_ROUNDS + (TERM,) * len(z) + LEVEL_KINDS
     mu = float(np.sqrt(np.sum(z ** -2.0)))
     shares = budget_shares(total_records, mu, intercept=True, location_scale=True)
-    auxiliary = shares.location_scale + shares.calibration
+    auxiliary = 2.0 * shares.location_scale + shares.calibration
     quartile_shares = np.asarray(UNBOUNDED_QUARTILE_ROUND_SHARES, float)
     quartile_shares = quartile_shares / quartile_shares.sum()
-    out = list(z / math.sqrt(1.0 - auxiliary))
-    out += [1.0 / (mu * math.sqrt(shares.location_scale * q)) for q in quartile_shares]
+    search = [1.0 / (mu * math.sqrt(shares.location_scale * q)) for q in quartile_shares]
+    out = search + list(z / math.sqrt(1.0 - auxiliary)) + search
     out += [1.0 / (mu * math.sqrt(shares.calibration / CALIBRATION_ROUNDS))] * CALIBRATION_ROUNDS
     return NewtonSchedule(kinds, np.asarray(out))
 

@@ -247,10 +247,12 @@ def level_calibration(scenario: Scenario) -> bool:
 
 
 def planned_rounds(scenario: Scenario) -> int:
-    """The rounds of a run: ``algorithm.rounds``, plus the level calibration's 13 when it runs."""
-    from fdp_flower.algorithms.fdp_admm.newton import LEVEL_KINDS
+    """The rounds of a run: ``algorithm.rounds``, plus the location/scale search's 8 and the level calibration's 13
+    when they run."""
+    from fdp_flower.algorithms.fdp_admm.newton import LEVEL_KINDS, UNBOUNDED_LOCATION_ROUNDS
 
-    return int(scenario.algorithm.rounds) + (len(LEVEL_KINDS) if level_calibration(scenario) else 0)
+    extra = UNBOUNDED_LOCATION_ROUNDS + len(LEVEL_KINDS) if level_calibration(scenario) else 0
+    return int(scenario.algorithm.rounds) + extra
 
 
 def scheduled_rule(scenario: Scenario) -> bool:
