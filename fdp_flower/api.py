@@ -455,8 +455,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         private); with privacy on, from ``response_bounds`` if given, else 0 and 1.  With privacy on and no
         bounds the Newton rule finds the location and scale itself (a charged private quartile search in
         asinh(y) for |y| up to 1e7, docs/algorithms.md section 1.3); the ADMM rule then fits in the
-        response's own units (its steps are not scale-free: declare bounds or an offset and scale), and its level
-        calibration (``level_calibration``) places the fitted quantile's level whatever the location and scale.
+        response's units unless its location/scale search (``level_calibration``, the default) runs, which also
+        places the fitted quantile's level.
     rho, step, estimator : float or None, float or None, str or None
         The ADMM rule's settings (giving one asks for that rule): the ADMM penalty (default: the schema's 0.1);
         a constant step eta (default: 3.0, and 1.0 with the level calibration, whose ADMM rounds run in
@@ -496,12 +496,14 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         with an FPCA basis ("fpca", "pooled", a FunctionalBasis with eigenvalues) and eps=None or
         privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
     level_calibration : bool or None
-        The ADMM rule's level calibration (``algorithm.level_calibration``; docs/algorithms.md, "Level
-        calibration"): 13 rounds after the ADMM rounds, inside the same total budget, that keep the ADMM model's
-        slopes and set its intercept from a private quartile search of its residuals and five residual-share
-        rounds, so that about tau of the responses fall below the fitted tau-quantile.  Default None: on for a
-        private ADMM-rule fit with an intercept, privacy="total" and trust="site"; off otherwise (privacy off
-        needs none: the fit is the exact estimator).
+        The ADMM rule's location/scale search and level calibration (``algorithm.level_calibration``;
+        docs/algorithms.md section 1.4), inside the same total budget: 8 rounds before the ADMM rounds find the
+        response's location and scale privately (the ADMM rounds then run in standardized units, default step
+        1.0), and 13 after them set the intercept from a private quartile search of the ADMM model's residuals
+        and five residual-share rounds, so that about tau of the responses fall below the fitted tau-quantile.
+        Default None: on for a private ADMM-rule fit with an intercept, privacy="total" and trust="site"; off
+        otherwise (privacy off needs none: the response is standardized exactly and the fit is the exact
+        estimator).
     noncrossing : bool
         Several levels only: ``predict`` rearranges the fitted quantiles so that they never cross (Chernozhukov,
         Fernandez-Val & Galichon 2010; post-processing, no privacy cost) (default: True).

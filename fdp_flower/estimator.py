@@ -62,6 +62,9 @@ def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, 
     if model.privacy.private and eps_total is not None and eps_total <= model.privacy.eps:
         raise ValueError(f"eps_total: {eps_total:g} leaves nothing for inference: the fit alone spent "
                          f"eps = {model.privacy.eps:.4g}")
+    from fdp_flower.inference.inprocess import check_inferable
+
+    check_inferable(model.scenario)
     label = f"infer(tau={float(model.scenario.model.loss.tau):g}, eps_total={eps_total})"
     if accountant is not None:
         planned = None
@@ -269,7 +272,8 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
             response_offset=self.response_offset, response_scale=self.response_scale, rho=self.rho, step=self.step,
             estimator=self.estimator,
             basis_eps=self.basis_eps, basis_delta=self.basis_delta, seed=self.random_state,
-            noise_source=self.noise_source, reference=False, name="FDPQuantileRegressor")
+            noise_source=self.noise_source, reference=False, name="FDPQuantileRegressor",
+            level_calibration=False if self.inference_share is not None else None)  # the bands model the ADMM rule
         several = not np.isscalar(self.quantile)
         if self.inference_share is not None:
             from fdp_flower.inference.inprocess import run_inference

@@ -45,10 +45,13 @@ def test_arrays_fdatagrid_and_dataframe_give_the_same_model(data):
     p = m.privacy
     assert p.private and p.mode == "total" and p.eps_budget == 1.0 and p.delta == 1e-5
     assert p.eps == pytest.approx(1.0, abs=1e-3) and p.eps <= 1.0 + 1e-6 and p.eps < p.eps_rdp
-    assert p.neighbouring == "replace_one" and p.mechanisms == ("fdp_admm_subgradient",)
-    assert p.releases == 12 and len(m.ledger.releases) == 12 * 10
+    # the ADMM rule's data terms, and its location/scale search and level calibration (on by default)
+    assert p.neighbouring == "replace_one" and p.mechanisms == (
+        "fdp_admm_subgradient", "fdp_level_residual_quartile_shares", "fdp_newton_quartile_shares",
+        "fdp_newton_residual_share")
+    assert p.releases == 12 + 21 and len(m.ledger.releases) == (12 + 21) * 10
     assert "eps = 1 at delta = 1e-05 (PLD" in str(p)
-    assert isinstance(m.history, pd.DataFrame) and list(m.history["round"]) == list(range(1, 13))
+    assert isinstance(m.history, pd.DataFrame) and list(m.history["round"]) == list(range(1, 12 + 21 + 1))
     assert m.scenario.model.intercept and m.scenario.federation.num_clients == 10
     # the scenario names the curves' digest, never the values, and nothing was written to disk
     dump = m.scenario.model_dump(mode="json")
@@ -150,7 +153,7 @@ def test_load_results_reads_the_other_families_run_directories(tmp_path, scenari
 
 def test_the_federated_fpca_basis_is_charged_to_the_ledger(data):
     model = fdp_flower.fit(data.curves, data.response, grid=GRID, basis="fpca", n_components=4, basis_eps=0.5,
-                           **FAST)
+                           level_calibration=False, **FAST)  # the 12 ADMM rounds alone
     assert model.privacy.mechanisms == ("fdp_admm_subgradient", "fpca_covariance")
     # total mode: the basis phase's (0.5, 1e-6) summary is inside the whole run's eps = 1
     assert 0.97 <= model.privacy.eps <= 1.0 and model.privacy.releases == 13

@@ -245,7 +245,7 @@ def test_plan_noise_covariances_are_the_primal_noise_of_the_released_descent_ter
 
     data = design.simulate_slice(2, 0, 1500, tau=0.5, grid=GRID)
     model = fdp_flower.fit(data.curves, data.response, eps=1.0, n_clients=3, n_components=3, rounds=6, seed=4,
-                           grid=GRID, reference=False)
+                           grid=GRID, reference=False, level_calibration=False)
     assert {r.mechanism for r in model.ledger.releases} == {"fdp_admm_subgradient"}
     plan = noise_plan(model.scenario, model.basis)
     sizes = np.asarray(model.sample_sizes, dtype=float)

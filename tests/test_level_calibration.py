@@ -158,7 +158,8 @@ def test_the_search_and_the_calibration_recover_the_residual_quantile_without_no
     assert server.location == pytest.approx((q1 + q3) / 2, abs=0.02 * server.scale)
     # the ADMM rounds' point is the standardized iterate in the response's units: 0 -> location / c0 in the intercept
     np.testing.assert_allclose(server.request_values(N.TERM, 1)["point"], [server.location / server.c0, 0, 0, 0, 0])
-    server.base = np.zeros(5)  # as if the ADMM rounds had released the zero model: the residuals are y
+    # as if the ADMM rounds had released the model at the responses' location: the residuals are y - location
+    server.base = np.r_[server.location / server.c0, np.zeros(4)]
     for round_ in range(29, 42):
         values = server.request_values(server.schedule.kind(round_))
         if server.schedule.kind(round_) == N.RESIDUAL_QUARTILES:
@@ -170,11 +171,11 @@ def test_the_search_and_the_calibration_recover_the_residual_quantile_without_no
         server.apply(round_, releases)
         if round_ == 36:
             assert server.residual_scale == pytest.approx((q3 - q1) / 1.349, rel=0.02)
-            assert server.offset == pytest.approx((q1 + q3) / 2 + server.residual_scale * stats.norm.ppf(0.25),
-                                                  abs=0.02 * server.residual_scale)
+            assert server.location + server.offset == pytest.approx(
+                (q1 + q3) / 2 + server.residual_scale * stats.norm.ppf(0.25), abs=0.02 * server.residual_scale)
     w = server.current_model
-    assert w[0] * server.c0 == pytest.approx(server.offset) and np.all(w[1:] == 0)
-    assert abs(float(np.mean(pooled <= server.offset)) - 0.25) <= 2e-3
+    assert w[0] * server.c0 == pytest.approx(server.location + server.offset) and np.all(w[1:] == 0)
+    assert abs(float(np.mean(pooled <= w[0] * server.c0)) - 0.25) <= 2e-3
 
 
 def test_a_run_interrupted_inside_the_calibration_resumes_to_the_uninterrupted_model(tmp_path):

@@ -119,12 +119,14 @@ class FDPADMMConfig(_Frozen):
                           "Unset: with privacy on the search runs in asinh(y) over |y| <= 1e7")
 
     level_calibration: bool = Field(
-        False, description="admm rule, privacy on: after the ADMM rounds, 13 more rounds place the fitted quantile's "
-                           "level -- a private quartile search of the residuals y - a.w of the ADMM model (8 rounds "
-                           "in asinh), then 5 rounds of the share of responses below the fitted quantile, each "
-                           "moving the intercept by a one-shot Newton step -- at a share of the same total budget "
-                           "(docs/algorithms.md, 'Level calibration'). Needs an intercept, the quantile loss, "
-                           "privacy.mode total and privacy.trust site; ignored with privacy off")
+        False, description="admm rule, privacy on: 8 rounds before the ADMM rounds find the response's location and "
+                           "scale (a private quartile search in asinh(y)) and the ADMM rounds run in standardized "
+                           "units; 13 rounds after them place the fitted quantile's level (a private quartile search "
+                           "of the ADMM model's residuals, then 5 rounds of the share of responses below the fitted "
+                           "quantile, each moving the intercept by a one-shot Newton step), all inside the same total "
+                           "budget (docs/algorithms.md section 1.4). Needs an intercept, the quantile loss, an l1, l2, "
+                           "elastic_net or no penalty, privacy.mode total and privacy.trust site; ignored with "
+                           "privacy off")
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -430,6 +432,10 @@ class Scenario(_Frozen):
         if self.model.loss.kind != "quantile":
             raise ValueError("algorithm.level_calibration places a quantile's level: model.loss.kind must be "
                              "'quantile'")
+        if self.model.penalty.kind not in ("l1", "l2", "elastic_net", "none"):
+            raise ValueError(f"algorithm.level_calibration runs the ADMM rounds in standardized units, where a "
+                             f"{self.model.penalty.kind} penalty's thresholds are not the response's: use l1, l2, "
+                             "elastic_net or none")
         p = self.privacy
         if p.enabled and p.mode != "total":
             raise ValueError("algorithm.level_calibration splits one total budget: set privacy.mode 'total'")

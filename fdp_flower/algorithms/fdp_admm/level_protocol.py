@@ -39,6 +39,8 @@ from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, server_primal_st
 from fdp_flower.algorithms.protocol import ReleaseRejected, RoundPlan, SiteRelease, SiteRequest
 from fdp_flower.privacy.ledger import GaussianRelease
 
+#: a residual search whose scale or location exceeds this many of the responses' scales was misled by its noise
+MISLED = 10.0
 _SHAPES = {N.QUARTILES: len(N.LEVELS) * N.THRESHOLDS_PER_LEVEL,
            N.RESIDUAL_QUARTILES: len(N.LEVELS) * N.THRESHOLDS_PER_LEVEL, N.SHARE: 1}
 
@@ -261,6 +263,10 @@ class LevelledADMMServer(FDPADMMServer):
         if kind == N.QUARTILES:
             self.location, self.scale = location, scale
             self.objective = standardized_objective(self.objective, scale)
+        elif scale > MISLED * self.scale or abs(location) > MISLED * self.scale:
+            # a search the noise misled (the residuals of a fit in standardized units spread like the responses):
+            # the share rounds start from the ADMM fit's own level, in the responses' scale
+            self.residual_scale, self.offset = self.scale, 0.0
         else:
             self.residual_scale = scale
             self.offset = location + scale * float(stats.norm.ppf(self.tau))
