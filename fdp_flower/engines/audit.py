@@ -306,7 +306,30 @@ class FDPADMMProtocol(_Protocol):
         return super().feature_pairs(row)
 
 
-class NewtonAuditProtocol(FDPADMMProtocol):
+class _ScheduledKinds:
+    """The audit of a scheduled FDP-ADMM run (the Newton rule, the ADMM rule's level calibration): the schedule's kind
+    of the step being audited sets the noise metric (a data term: the clip's shape; a share: plain units) and the
+    ledger mechanism.  Needs ``schedule``, ``_step`` and ``noise_shape``."""
+
+    @property
+    def scales(self):
+        from fdp_flower.algorithms.fdp_admm import newton as N
+
+        return self.noise_shape if self.schedule.kind(self._step) == N.TERM else None
+
+    @scales.setter
+    def scales(self, value) -> None:  # FDPADMMProtocol.__init__ sets the data term's shape; the kind decides here
+        self.noise_shape = value
+
+    def mechanism_at(self, step: int) -> str:
+        from fdp_flower.algorithms.fdp_admm import newton as N
+        from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS
+
+        kind = self.schedule.kind(step)
+        return MECHANISM if kind == N.TERM else NEWTON_MECHANISMS[kind]
+
+
+class NewtonAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
     """FDP-ADMM under the Newton rule (``algorithm.rule: newton``): client ``party``'s releases of the rule's
     fixed schedule -- quartile shares, data terms, residual densities, residual shares -- at the public values the
     real :class:`~fdp_flower.algorithms.fdp_admm.newton_protocol.NewtonServer` names from the transcript so far
@@ -330,24 +353,6 @@ class NewtonAuditProtocol(FDPADMMProtocol):
         self.noise_shape = self.site_plan.scales
         self._step = 1
         self.name = f"FDP-ADMM, Newton rule ({scenario.model.clip_shape} clip)"
-
-    # the schedule's kind of the step being audited sets the noise metric (a term: the clip's shape)
-    @property
-    def scales(self):
-        from fdp_flower.algorithms.fdp_admm import newton as N
-
-        return self.noise_shape if self.schedule.kind(self._step) == N.TERM else None
-
-    @scales.setter
-    def scales(self, value) -> None:  # FDPADMMProtocol.__init__ sets the ADMM rule's shape; the kind decides here
-        self.noise_shape = value
-
-    def mechanism_at(self, step: int) -> str:
-        from fdp_flower.algorithms.fdp_admm import newton as N
-        from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS
-
-        kind = self.schedule.kind(step)
-        return MECHANISM if kind == N.TERM else NEWTON_MECHANISMS[kind]
 
     def start(self):
         return self.server
@@ -433,7 +438,7 @@ class NewtonAuditProtocol(FDPADMMProtocol):
         return out
 
 
-class LevelAuditProtocol(FDPADMMProtocol):
+class LevelAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
     """FDP-ADMM under the ADMM rule with its location/scale search and level calibration
     (``algorithm.level_calibration``): client ``party``'s releases of the schedule -- quartile shares of the
     responses, the L data terms, quartile shares of the residuals, residual shares -- at the public values the real
@@ -452,23 +457,6 @@ class LevelAuditProtocol(FDPADMMProtocol):
         self.noise_shape = self.site_plan.scales
         self._step = 1
         self.name = f"FDP-ADMM, location/scale search and level calibration ({scenario.model.clip_shape} clip)"
-
-    @property
-    def scales(self):
-        from fdp_flower.algorithms.fdp_admm import newton as N
-
-        return self.noise_shape if self.schedule.kind(self._step) == N.TERM else None
-
-    @scales.setter
-    def scales(self, value) -> None:  # FDPADMMProtocol.__init__ sets the data term's shape; the kind decides here
-        self.noise_shape = value
-
-    def mechanism_at(self, step: int) -> str:
-        from fdp_flower.algorithms.fdp_admm import newton as N
-        from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS
-
-        kind = self.schedule.kind(step)
-        return MECHANISM if kind == N.TERM else NEWTON_MECHANISMS[kind]
 
     def start(self):
         return self.server

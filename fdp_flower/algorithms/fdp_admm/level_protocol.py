@@ -33,10 +33,11 @@ import numpy as np
 
 from fdp_flower.algorithms.fdp_admm import newton as N
 from fdp_flower.algorithms.fdp_admm.plan import initial_state, privacy_columns, round_rho
-from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer, _close, server_round
+from fdp_flower.algorithms.fdp_admm.newton_protocol import check_schedule_release
+from fdp_flower.algorithms.fdp_admm.protocol import FDPADMMServer, server_round
 from fdp_flower.algorithms.fdp_admm.site import MECHANISM, NEWTON_MECHANISMS, newton_release_event
 from fdp_flower.algorithms.fdp_admm.update import FDPADMMState, server_primal_step
-from fdp_flower.algorithms.protocol import ReleaseRejected, RoundPlan, SiteRelease, SiteRequest
+from fdp_flower.algorithms.protocol import RoundPlan, SiteRelease, SiteRequest
 from fdp_flower.privacy.ledger import GaussianRelease
 
 #: a residual search whose scale or location exceeds this many of the responses' scales was misled by its noise
@@ -203,20 +204,8 @@ class LevelledADMMServer(FDPADMMServer):
             super()._check(release)
             return
         client = int(release.client)
-        value = np.asarray(release.value, dtype=float) if isinstance(release.value, np.ndarray) else None
-        if value is None or value.shape != (_SHAPES[kind],):
-            raise ReleaseRejected(f"client {client}: {kind} release has shape {np.shape(release.value)}, "
-                                  f"expected ({_SHAPES[kind]},)")
-        if not np.all(np.isfinite(value)):
-            raise ReleaseRejected(f"client {client}: release contains NaN or infinite values")
-        if int(release.num_examples) != int(self.sizes[client]):
-            raise ReleaseRejected(f"client {client}: reports m_i = {int(release.num_examples)}, the run's plan has "
-                                  f"{int(self.sizes[client])}")
-        planned, event = self.planned_release(round_, client), release.event
-        if event is None or event.mechanism != planned.mechanism:
-            raise ReleaseRejected(f"client {client}: {kind} release without its calibration")
-        if not _close(event.sensitivity, planned.sensitivity) or not _close(event.sigma, planned.sigma):
-            raise ReleaseRejected(f"client {client}: {kind} release's sensitivity / sigma differ from the schedule's")
+        check_schedule_release(release, kind, (_SHAPES[kind],), self.sizes[client],
+                               self.planned_release(round_, client))
 
     def _close(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:
         round_ = plan.round

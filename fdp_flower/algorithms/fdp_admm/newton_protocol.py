@@ -23,6 +23,30 @@ from fdp_flower.privacy.ledger import GaussianRelease
 _SHAPES = {N.RANGE: 2, N.QUARTILES: len(N.LEVELS) * N.THRESHOLDS_PER_LEVEL, N.DENSITY: 1, N.SHARE: 1}
 
 
+def check_schedule_release(release: SiteRelease, kind: str, shape: tuple, m: float, planned) -> None:
+    """Refuse (:class:`ReleaseRejected`) a release of a scheduled ``kind`` that is not what the site's schedule
+    makes: a value of another ``shape`` or not finite, another m_i than the plan's ``m``, or an event other than the
+    ``planned`` one (None: privacy off, so no event)."""
+    client, event = int(release.client), release.event
+    value = np.asarray(release.value, dtype=float) if isinstance(release.value, np.ndarray) else None
+    if value is None or value.shape != shape:
+        raise ReleaseRejected(f"client {client}: {kind} release has shape {np.shape(release.value)}, "
+                              f"expected {shape}")
+    if not np.all(np.isfinite(value)):
+        raise ReleaseRejected(f"client {client}: release contains NaN or infinite values")
+    if int(release.num_examples) != int(m):
+        raise ReleaseRejected(f"client {client}: reports m_i = {int(release.num_examples)}, the run's plan has "
+                              f"{int(m)}")
+    if planned is None:
+        if event is not None:
+            raise ReleaseRejected(f"client {client}: released with noise in a run without privacy")
+        return
+    if event is None or event.mechanism != planned.mechanism:
+        raise ReleaseRejected(f"client {client}: {kind} release without its calibration")
+    if not _close(event.sensitivity, planned.sensitivity) or not _close(event.sigma, planned.sigma):
+        raise ReleaseRejected(f"client {client}: {kind} release's sensitivity / sigma differ from the schedule's")
+
+
 class NewtonServer(FDPADMMServer):
     """FDP-ADMM's server under the Newton rule (module docstring); same parameters as
     :class:`~fdp_flower.algorithms.fdp_admm.protocol.FDPADMMServer`."""
@@ -186,24 +210,7 @@ class NewtonServer(FDPADMMServer):
         client, round_ = int(release.client), self.current_plan.round
         kind = self.schedule.kind(round_)
         shape = (self.dim,) if kind == N.TERM else (_SHAPES[kind],)
-        value = np.asarray(release.value, dtype=float) if isinstance(release.value, np.ndarray) else None
-        if value is None or value.shape != shape:
-            raise ReleaseRejected(f"client {client}: {kind} release has shape {np.shape(release.value)}, "
-                                  f"expected {shape}")
-        if not np.all(np.isfinite(value)):
-            raise ReleaseRejected(f"client {client}: release contains NaN or infinite values")
-        if int(release.num_examples) != int(self.sizes[client]):
-            raise ReleaseRejected(f"client {client}: reports m_i = {int(release.num_examples)}, the run's plan has "
-                                  f"{int(self.sizes[client])}")
-        planned, event = self.planned_release(round_, client), release.event
-        if planned is None:
-            if event is not None:
-                raise ReleaseRejected(f"client {client}: released with noise in a run without privacy")
-            return
-        if event is None or event.mechanism != planned.mechanism:
-            raise ReleaseRejected(f"client {client}: {kind} release without its calibration")
-        if not _close(event.sensitivity, planned.sensitivity) or not _close(event.sigma, planned.sigma):
-            raise ReleaseRejected(f"client {client}: {kind} release's sensitivity / sigma differ from the schedule's")
+        check_schedule_release(release, kind, shape, self.sizes[client], self.planned_release(round_, client))
 
     def _close(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:
         round_ = plan.round
