@@ -328,6 +328,25 @@ class _ScheduledKinds:
         kind = self.schedule.kind(step)
         return MECHANISM if kind == N.TERM else NEWTON_MECHANISMS[kind]
 
+    def _advanced(self, public, step: int, requests, mine: np.ndarray, rng):
+        """A copy of the server ``public`` after its own step on ``mine`` (the audited party's release) and the
+        other parties' answers to ``requests`` (real site function, noise from ``rng``)."""
+        import copy
+
+        from fdp_flower.algorithms.fdp_admm.site import answer
+
+        replies = {self.c: mine}
+        for request, out in zip(requests, answer(requests, self.others, self.site_plan, lambda _events: rng)):
+            if isinstance(out, Exception):
+                raise out
+            replies[int(request.client)] = np.asarray(out.value, dtype=float)
+        server = copy.deepcopy(public)
+        server.apply(step, replies)
+        return server
+
+    def adversarial_states(self, row):
+        return []  # the public values of every kind are checked by the site (site_answer, adversarial mode)
+
 
 class NewtonAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
     """FDP-ADMM under the Newton rule (``algorithm.rule: newton``): client ``party``'s releases of the rule's
@@ -397,10 +416,7 @@ class NewtonAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
         return float(event.sensitivity), float(event.sigma)
 
     def advance(self, public, released, hidden, step, rng):
-        import copy
-
         from fdp_flower.algorithms.fdp_admm import newton as N
-        from fdp_flower.algorithms.fdp_admm.site import answer
         from fdp_flower.algorithms.protocol import SiteRequest
 
         kind = self.schedule.kind(step)
@@ -409,17 +425,7 @@ class NewtonAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
         if kind == N.DENSITY:
             mine = mine / (2.0 * float(values["bandwidth"][0]))
         requests = [SiteRequest(i, step, dict(values)) for i in self.others.clients]
-        replies = {self.c: mine}
-        for request, out in zip(requests, answer(requests, self.others, self.site_plan, lambda _events: rng)):
-            if isinstance(out, Exception):
-                raise out
-            replies[int(request.client)] = np.asarray(out.value, dtype=float)
-        server = copy.deepcopy(public)
-        server.apply(step, replies)
-        return server
-
-    def adversarial_states(self, row):
-        return []  # the public values of every kind are checked by the site (site_answer, adversarial mode)
+        return self._advanced(public, step, requests, mine, rng)
 
     @property
     def public_names(self) -> tuple[str, ...]:
@@ -484,24 +490,11 @@ class LevelAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
         return float(event.sensitivity), float(event.sigma)
 
     def advance(self, public, released, hidden, step, rng):
-        import copy
-
-        from fdp_flower.algorithms.fdp_admm.site import answer
         from fdp_flower.algorithms.protocol import SiteRequest
 
         kind = self.schedule.kind(step)
         requests = [SiteRequest(i, step, public.request_values(kind, i)) for i in self.others.clients]
-        replies = {self.c: np.asarray(released, dtype=float)}
-        for request, out in zip(requests, answer(requests, self.others, self.site_plan, lambda _events: rng)):
-            if isinstance(out, Exception):
-                raise out
-            replies[int(request.client)] = np.asarray(out.value, dtype=float)
-        server = copy.deepcopy(public)
-        server.apply(step, replies)
-        return server
-
-    def adversarial_states(self, row):
-        return []  # the public values of every kind are checked by the site (site_answer, adversarial mode)
+        return self._advanced(public, step, requests, np.asarray(released, dtype=float), rng)
 
     @property
     def public_names(self) -> tuple[str, ...]:
