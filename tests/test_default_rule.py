@@ -54,7 +54,8 @@ def test_a_scenario_that_sets_an_admm_field_keeps_the_admm_rule(field):
 @pytest.mark.parametrize("changes", [
     {"privacy": {"enabled": True, "mode": "per_round", "eps": 1.0, "delta": 1e-5}},  # the paper's rule
     {"privacy": {**TOTAL, "trust": "trusted_aggregator"}},
-    {"basis": {"kind": "fixed", "family": "cosine", "n_components": 4}},  # no public score variances
+    {"basis": {"kind": "fixed", "family": "cosine", "n_components": 4},  # no public score variances
+     "privacy": TOTAL},
     {"model": {"loss": {"kind": "squared"}}},
     {"faults": {"failure_rate": 0.1}},
     {"algorithm": {"rounds": 20}},  # too few rounds for the Newton schedule (it needs 25 privacy off here)
@@ -108,11 +109,14 @@ def test_fit_and_the_scenario_schema_choose_the_same_rule(tmp_path):
                  out=tmp_path / "newton")
     assert newton.scenario.algorithm.rule == "newton" and len(newton.history) == 30
     assert json.loads((tmp_path / "newton" / "summary.json").read_text())["rule"] == "newton"
-    # the default cosine basis has no public score variances; a step given asks for the ADMM rule
+    # the default cosine basis has no public score variances: privacy off, the Newton rule with a second-moments
+    # round; privacy on, the ADMM rule; a step given asks for the ADMM rule
     cosine = fit(curves, y, grid=grid, eps=None, n_components=4, n_clients=3, reference=False)
+    assert cosine.scenario.algorithm.rule == "newton" and len(cosine.history) == 30
+    private = fit(curves, y, grid=grid, eps=1.0, n_components=4, n_clients=3, reference=False)
     stepped = fit(curves, y, grid=grid, eps=None, basis="fpca", n_components=4, n_clients=3, step=1.0,
                   reference=False)
-    assert cosine.scenario.algorithm.rule == "admm" == stepped.scenario.algorithm.rule
+    assert private.scenario.algorithm.rule == "admm" == stepped.scenario.algorithm.rule
     with pytest.raises(Exception, match="rule: expected"):
         fit(curves, y, grid=grid, eps=None, rule="lbfgs")
 
@@ -137,7 +141,8 @@ def test_the_sweep_runs_newton_scenarios_through_the_in_process_engine(tmp_path)
 
 def test_a_provided_basis_gets_the_newton_rule_when_its_file_carries_eigenvalues(tmp_path):
     """Only the names of the .npz's members are read: with ``eigenvalues`` (an FPCA of a public pilot sample) the
-    basis publishes score variances; without them, or unreadable, the ADMM rule."""
+    basis publishes score variances; without them, or unreadable, the ADMM rule (with privacy: privacy off, every
+    basis gets the Newton rule)."""
     from fdp_flower.functional import design
     from fdp_flower.functional.fpca import fit_pooled_fpca
 
@@ -151,7 +156,7 @@ def test_a_provided_basis_gets_the_newton_rule_when_its_file_carries_eigenvalues
     (tmp_path / "broken.npz").write_bytes(b"not a zip")
     for path, rule in ((with_eig, "newton"), (without, "admm"), (tmp_path / "broken.npz", "admm"),
                        (tmp_path / "missing.npz", "admm")):
-        assert rule_of(base(basis={"kind": "provided", "path": str(path)})) == rule, path.name
+        assert rule_of(base(basis={"kind": "provided", "path": str(path)}, privacy=TOTAL)) == rule, path.name
     # fit with a FunctionalBasis that has eigenvalues: the same choice
     from fdp_flower import fit
 

@@ -19,7 +19,8 @@ from fdp_flower.engines.inprocess import run_fdp_admm
 from fdp_flower.privacy.mechanisms import run_noise
 
 
-def scenario(*, private=True, tau=0.5, penalty="l1", bounds=(-50.0, 50.0), n=2000, clients=5, rounds=None, **privacy):
+def scenario(*, private=True, tau=0.5, penalty="l1", bounds=(-50.0, 50.0), n=2000, clients=5, rounds=None,
+             basis=None, **privacy):
     algorithm = {"kind": "fdp_admm", "rule": "newton"}
     if bounds is not None:
         algorithm["response_bounds"] = list(bounds)
@@ -27,7 +28,7 @@ def scenario(*, private=True, tau=0.5, penalty="l1", bounds=(-50.0, 50.0), n=200
         algorithm["rounds"] = rounds
     return parse_scenario({
         "name": "newton", "seed": 3, "data": {"kind": "paper_simulation", "n_samples": n, "grid_points": 50},
-        "federation": {"num_clients": clients}, "basis": {"kind": "pooled", "n_components": 5},
+        "federation": {"num_clients": clients}, "basis": basis or {"kind": "pooled", "n_components": 5},
         "model": {"loss": {"kind": "quantile", "tau": tau}, "penalty": {"kind": penalty, "lam": 0.05},
                   "intercept": True},
         "algorithm": algorithm,
@@ -144,6 +145,74 @@ def test_privacy_off_reaches_the_exact_estimator(tau, penalty):
     assert np.linalg.norm(w - exact) <= 0.01 * np.linalg.norm(exact)
 
 
+COSINE = {"kind": "fixed", "family": "cosine", "n_components": 5}
+
+
+@pytest.mark.parametrize("tau,penalty", [(0.5, "l1"), (0.9, "l1"), (0.25, "l2")])
+def test_privacy_off_on_a_fixed_basis_reaches_the_exact_estimator(tau, penalty):
+    """A basis without score variances (cosine, uncentred scores correlated with the intercept column): privacy off,
+    one more round releases each site's second moments and the steps use the full matrix f G (N.1'); 30 rounds end
+    within 1% (in norm) of the exact minimizer on the same clipped rows -- the ADMM rule's privacy-off defaults on
+    the same rows stop at their cap further away -- and the history reports the distance itself."""
+    from fdp_flower.algorithms.fdp_admm.config import privacy_off_schedule
+
+    sc = scenario(private=False, tau=tau, penalty=penalty, bounds=None, n=20000, clients=10, basis=COSINE)
+    assert sc.algorithm.rule == "newton"
+    assert newton_plan(sc, _cosine_basis(), 20000).kinds[:7] == (N.RANGE,) + (N.QUARTILES,) * 5 + (N.MOMENTS,)
+    result = run_fdp_admm(sc, with_reference=True)
+    assert result.scenario.algorithm.rounds == 30 and len(result.history) == 30
+    w, exact = result.state.global_w, _exact(sc, result)
+    assert np.linalg.norm(w - exact) <= 0.01 * np.linalg.norm(exact)
+    assert result.history[-1]["exact_distance"] == pytest.approx(np.linalg.norm(w - exact) / np.linalg.norm(exact))
+    admm = parse_scenario({**sc.model_dump(mode="json", exclude={"algorithm"}),
+                           "algorithm": {"kind": "fdp_admm", "rule": "admm", **privacy_off_schedule("sphere")}})
+    assert run_fdp_admm(admm, with_reference=True).history[-1]["exact_distance"] > 0.01
+
+
+def _cosine_basis():
+    from fdp_flower.functional import bases, design
+
+    return bases.build_basis(parse_scenario({"name": "b", "basis": COSINE, "privacy": {"enabled": False}}).basis,
+                             design.default_grid(50), None)
+
+
+def test_the_moment_metrics_prox_is_the_exact_lasso_step():
+    """prox(v) = argmin_x 1/2 (x - v)^T (H / a) (x - v) + l1 ||x_pen||_1 for a non-diagonal H: the KKT conditions
+    hold to rounding (unpenalized coordinates: zero gradient; penalized: gradient -l1 sign(x) where x != 0, at
+    most l1 in size where x = 0), and the Newton step solves H d = a g."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((200, 6)) + np.r_[1.5, 0.8, 0, 0, 0, 0]  # uncentred: correlated columns
+    moments = a.T @ a / len(a)
+    metric = N.MomentMetric.of(moments, 0.4, 0.7, penalty="l1", lam_site=0.05, free=1)
+    v = rng.standard_normal(6) * 0.2
+    x = metric.prox(v)
+    grad = (metric.matrix / metric.step) @ (x - v)
+    assert abs(grad[0]) <= 1e-10
+    on, off = x[1:] != 0, x[1:] == 0
+    assert on.any() and off.any()  # both cases of the condition are exercised
+    np.testing.assert_allclose(grad[1:][on], -metric.l1 * np.sign(x[1:][on]), atol=1e-10)
+    assert np.all(np.abs(grad[1:][off]) <= metric.l1 + 1e-10)
+    g = rng.standard_normal(6)
+    np.testing.assert_allclose(metric.matrix @ metric.newton(g), metric.step * g, atol=1e-12)
+
+
+def test_the_second_moments_release_exists_only_without_privacy():
+    """A private schedule never has a MOMENTS round (the release has no noise): asking for one is refused, and a
+    private scenario on a fixed basis keeps the ADMM rule or, asked for the Newton rule, is refused in one line."""
+    with pytest.raises(ValueError, match="without privacy only"):
+        N.schedule_kinds(30, intercept=True, bounds=False, private=True, moments=True)
+    with pytest.raises(ScenarioError, match="fixed basis has none"):
+        scenario(basis=COSINE)
+    sc = scenario(private=False, bounds=None, basis=COSINE, n=400, clients=4)
+    plan = site_plan(sc, _cosine_basis(), [100] * 4, 400)
+    rng = np.random.default_rng(1)
+    data = SiteData.stack([0], [rng.standard_normal((100, 6))], [rng.standard_normal(100)])
+    (release,) = answer([SiteRequest(0, 7, {})], data, plan, run_noise(sc.seed))
+    features = data.rows_of(0)[0]
+    np.testing.assert_allclose(release.value, (features.T @ features / 100).ravel())
+    assert release.event is None
+
+
 @pytest.mark.parametrize("private", [False, True])
 def test_the_fitted_quantiles_follow_location_and_scale(private):
     """Responses c + s y with bounds c + s (lo, hi) give fitted quantiles c + s q (same noise draws): the search,
@@ -191,15 +260,17 @@ def test_newton_refuses_what_it_cannot_run_in_one_line():
 
 
 @pytest.mark.slow
-def test_flower_simulation_runs_the_newton_rule_as_the_in_process_engine(tmp_path):
+@pytest.mark.parametrize("private", [True, False], ids=["private", "privacy_off_fixed_basis"])
+def test_flower_simulation_runs_the_newton_rule_as_the_in_process_engine(tmp_path, private):
     """``fdp-flower run --engine flower`` (a SuperLink with Flower's simulation runtime, the real ClientApp) and the
     in-process engine: the same 30 releases per site, the same released model (to rounding: the server averages
-    the replies in arrival order)."""
+    the replies in arrival order); privacy off on a fixed basis, the second-moments round travels as well."""
     import yaml
 
     from fdp_flower.engines.flower import run_on_simulation
 
-    sc = scenario(n=2000, clients=4)
+    sc = scenario(n=2000, clients=4) if private else scenario(n=2000, clients=4, private=False, bounds=None,
+                                                               basis=COSINE)
     path = tmp_path / "newton.yaml"
     path.write_text(yaml.safe_dump(sc.model_dump(mode="json")))
     run_id, status, results, _ = run_on_simulation(path, [], tmp_path / "res", echo=lambda line: None)
@@ -210,7 +281,7 @@ def test_flower_simulation_runs_the_newton_rule_as_the_in_process_engine(tmp_pat
     import csv
 
     with open(results / "ledger.csv") as f:
-        assert sum(1 for _ in csv.DictReader(f)) == 4 * 30
+        assert sum(1 for _ in csv.DictReader(f)) == (4 * 30 if private else 0)
 
 
 def test_the_noise_actually_drawn_matches_each_new_releases_calibration():
@@ -327,16 +398,19 @@ def test_a_site_checks_the_named_total_records_which_moves_the_split_never_the_b
         assert np.sum(z ** -2.0) == pytest.approx(np.sum(splits[1] ** -2.0), rel=1e-12)
 
 
-@pytest.mark.parametrize("stop,bounds", [(3, (-50.0, 50.0)), (10, (-50.0, 50.0)), (27, (-50.0, 50.0)), (5, None)],
-                         ids=["quartiles", "term_before_density", "calibrating", "warped_quartiles"])
-def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, stop, bounds):
+@pytest.mark.parametrize("stop,bounds,private", [(3, (-50.0, 50.0), True), (10, (-50.0, 50.0), True),
+                                                 (27, (-50.0, 50.0), True), (5, None, True), (7, None, False),
+                                                 (12, None, False)],
+                         ids=["quartiles", "term_before_density", "calibrating", "warped_quartiles",
+                              "fixed_basis_moments", "fixed_basis_fit"])
+def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, stop, bounds, private):
     """Nothing lost: a run stopped after round ``stop`` keeps the Newton server's own state (brackets, curvature,
     dual average, pending gradient, calibration) in its checkpoint; resuming draws what the uninterrupted run
     draws and ends at its model, ledger and history exactly (also inside the search without bounds, whose
     brackets are in asinh(y)).  A checkpoint without that state is refused."""
     from fdp_flower.outputs.checkpoint import read_checkpoint, write_checkpoint
 
-    sc = scenario(bounds=bounds)
+    sc = scenario(bounds=bounds) if private else scenario(bounds=bounds, private=False, basis=COSINE)
     sc = parse_scenario({**sc.model_dump(mode="json"), "output": {"checkpoint_every": 1}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -206,6 +206,15 @@ def _field(section: Any, name: str, default: Any) -> Any:
     return section.get(name, default) if isinstance(section, dict) else getattr(section, name, default)
 
 
+def _score_variances(basis: Any) -> bool:
+    """Whether a scenario's basis section publishes score variances: ``pooled``, ``federated_dp``, or ``provided``
+    with an ``eigenvalues`` array (read from the file's member names only)."""
+    kind = _field(basis, "kind", "pooled")
+    if kind == "provided":
+        return _provided_eigenvalues(_field(basis, "path", None))
+    return kind in BASES_WITH_SCORE_VARIANCES
+
+
 def _provided_eigenvalues(path: Any) -> bool:
     """Whether the provided basis file at ``path`` carries score variances (an ``eigenvalues`` array): the names
     of the .npz's members only, no data; False when it cannot be read (the run then stops at the basis)."""
@@ -220,9 +229,10 @@ def _provided_eigenvalues(path: Any) -> bool:
 
 def default_rule(data: dict[str, Any]) -> str:
     """The rule of an FDP-ADMM scenario that leaves ``algorithm.rule`` unset: ``newton`` when its settings allow the
-    Newton rule -- the quantile loss; privacy off, or one total budget with ``privacy.trust: site``; a basis that
-    publishes score variances (``pooled``, ``federated_dp``, or a ``provided`` file with ``eigenvalues``, e.g. an
-    FPCA of a public pilot sample; only the names of its members are read); no failure injection; none of
+    Newton rule -- the quantile loss; privacy off (any basis: one without score variances gets a second-moments
+    round), or one total budget with ``privacy.trust: site`` and a basis that publishes score variances
+    (``pooled``, ``federated_dp``, or a ``provided`` file with ``eigenvalues``, e.g. an FPCA of a public pilot
+    sample; only the names of its members are read); no failure injection; none of
     :data:`ADMM_ONLY_FIELDS` set; enough rounds for its schedule
     (:func:`~fdp_flower.algorithms.fdp_admm.newton.schedule_kinds`) -- else ``admm`` (the paper's rule, and every
     per-round scenario).  Reads the scenario only, never data."""
@@ -233,10 +243,8 @@ def default_rule(data: dict[str, Any]) -> str:
     enabled = _field(privacy, "enabled", True)
     basis_kind = _field(_section(data, "basis"), "kind", "pooled")
     failure_rate = _field(_section(data, "faults"), "failure_rate", 0.0)
-    if basis_kind == "provided":
-        if not _provided_eigenvalues(_field(_section(data, "basis"), "path", None)):
-            return "admm"
-    elif basis_kind not in BASES_WITH_SCORE_VARIANCES:
+    moments = not _score_variances(_section(data, "basis"))
+    if moments and enabled is not False:
         return "admm"
     if _field(loss, "kind", "quantile") != "quantile":
         return "admm"
@@ -248,7 +256,8 @@ def default_rule(data: dict[str, Any]) -> str:
     rounds = algorithm.get("rounds", NEWTON_DEFAULTS["rounds"])
     try:
         schedule_kinds(int(rounds), intercept=bool(_field(model, "intercept", False)),
-                       bounds=algorithm.get("response_bounds") is not None, private=enabled is not False)
+                       bounds=algorithm.get("response_bounds") is not None, private=enabled is not False,
+                       moments=moments)
     except (TypeError, ValueError):
         return "admm"  # too few rounds (or not a number: the schema's own error follows)
     return "newton"
@@ -404,13 +413,15 @@ class Scenario(_Frozen):
                              "'total' (or rule 'admm' for a per-round guarantee)")
         if p.enabled and p.trust != "site":
             raise ValueError(f"algorithm.rule 'newton' runs with privacy.trust 'site' only (got {p.trust!r})")
-        if isinstance(self.basis, FixedBasis):
-            raise ValueError("algorithm.rule 'newton' steps in the metric of the basis's score variances; a fixed "
-                             "basis has none (use basis kind 'pooled', 'federated_dp' or 'provided' with eigenvalues)")
+        moments = not p.enabled and not _score_variances(self.basis)
+        if p.enabled and isinstance(self.basis, FixedBasis):
+            raise ValueError("algorithm.rule 'newton' with privacy steps in the metric of the basis's score variances; "
+                             "a fixed basis has none (use basis kind 'pooled', 'federated_dp' or 'provided' with "
+                             "eigenvalues)")
         from fdp_flower.algorithms.fdp_admm.newton import schedule_kinds
 
         schedule_kinds(a.rounds, intercept=self.model.intercept, bounds=a.response_bounds is not None,
-                       private=p.enabled)  # enough fit rounds, or one line naming the rounds needed
+                       private=p.enabled, moments=moments)  # enough fit rounds, or one line naming the rounds needed
         if a.estimator.kind != "last" or a.stopping.kind != "cap" or a.rho_rule.kind != "fixed":
             raise ValueError("algorithm.rule 'newton' releases its own estimate after a fixed schedule: leave "
                              "algorithm.estimator, stopping and rho_rule unset")

@@ -15,6 +15,9 @@ threshold the server names; the server does everything else.  One run is a fixed
    2 asinh(Y) / 7^R relative to max(|y|, 1) (7-ary splits while both quartiles share one bracket;
    :func:`unbounded_resolution`).  Without privacy and without
    bounds the first round releases each site's (min, max) instead (refused with privacy), then 5 rounds;
+   without privacy and with a basis that publishes no score variances (a fixed basis) one more round releases
+   each site's second moments (1/m_i) sum_j a_ij a_ij^T (refused with privacy), and the metric below is the
+   full matrix f G, G their mean over the sites (N.1'; :class:`MomentMetric`);
 2. **the fit** on (y - location) / scale: the data term (1.3) at the point the server names (the same
    release as the ADMM rule's, sensitivity 2 G / m_i), and twice the residual density
    (1/m_i) #{|y_ij - a_ij.x| <= h} / (2 h) (sensitivity 1 / (2 h m_i)).  The server takes Newton steps in
@@ -44,6 +47,9 @@ import numpy as np
 #: the release kinds of the schedule, in the order a run asks for them (RESIDUAL_QUARTILES: the ADMM rule's level
 #: calibration, :func:`level_schedule`)
 RANGE, QUARTILES, TERM, DENSITY, SHARE = "range", "quartiles", "term", "density", "share"
+#: privacy off with a basis that publishes no score variances (a fixed basis): each site's second moments of its
+#: feature rows, (1/m_i) sum_j a_ij a_ij^T (refused with privacy on), the metric of the Newton steps (N.1')
+MOMENTS = "moments"
 RESIDUAL_QUARTILES = "residual_quartiles"
 #: quartile-search levels, thresholds per level and round, and the six rounds' shares of the phase's budget
 LEVELS = (0.25, 0.75)
@@ -120,18 +126,24 @@ class NewtonSchedule:
         return self.kinds.count(TERM)
 
 
-def schedule_kinds(rounds: int, *, intercept: bool, bounds: bool, private: bool) -> tuple[str, ...]:
+def schedule_kinds(rounds: int, *, intercept: bool, bounds: bool, private: bool, moments: bool = False
+                   ) -> tuple[str, ...]:
     """The release kinds of a run of ``rounds`` rounds (module docstring): the location/scale phase (6
     quartile rounds with declared bounds; without privacy and bounds a (min, max) round then 5 quartile
     rounds; with privacy and no bounds :data:`UNBOUNDED_LOCATION_ROUNDS` warped quartile rounds), the fit's
     term rounds with a density after term rounds 4 and 9, and 5 calibration rounds with an intercept.
+    ``moments`` (privacy off only): a second-moments round before the fit, for a basis without score variances.
     ``rounds`` must leave the fit at least 12 term rounds."""
+    if moments and private:
+        raise ValueError("the second-moments release of the Newton rule runs without privacy only: with privacy "
+                         "the rule needs a basis with score variances")
     if bounds:
         location = [QUARTILES] * LOCATION_ROUNDS
     elif private:
         location = [QUARTILES] * UNBOUNDED_LOCATION_ROUNDS
     else:
         location = [RANGE] + [QUARTILES] * (LOCATION_ROUNDS - 1)
+    location += [MOMENTS] if moments else []
     calibration = [SHARE] * CALIBRATION_ROUNDS if intercept else []
     terms = rounds - len(location) - len(calibration) - len(DENSITY_AFTER)
     if terms < 12:
@@ -146,12 +158,12 @@ def schedule_kinds(rounds: int, *, intercept: bool, bounds: bool, private: bool)
     return tuple(location + fit + calibration)
 
 
-def newton_schedule(rounds: int, *, mu: float | None, total_records: float, intercept: bool, bounds: bool
-                    ) -> NewtonSchedule:
+def newton_schedule(rounds: int, *, mu: float | None, total_records: float, intercept: bool, bounds: bool,
+                    moments: bool = False) -> NewtonSchedule:
     """Kinds (:func:`schedule_kinds`) and multipliers: the shares of :func:`budget_shares` split mu^2 --
     the quartile rounds by :data:`QUARTILE_ROUND_SHARES`, the densities and the calibration rounds equally,
     the term rounds 10% over the 6 transient rounds and the rest equally -- so sum_l z_l^-2 = mu^2."""
-    kinds = schedule_kinds(rounds, intercept=intercept, bounds=bounds, private=mu is not None)
+    kinds = schedule_kinds(rounds, intercept=intercept, bounds=bounds, private=mu is not None, moments=moments)
     if mu is None:
         return NewtonSchedule(kinds, None)
     shares = budget_shares(total_records, mu, intercept=intercept, location_scale=QUARTILES in kinds)
@@ -225,6 +237,13 @@ def release_sensitivity(kind: str, m: float, *, gradient_bound: float = 1.0, ban
 def quartile_shares(response: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """(1/m) #{y_j <= t} for every named threshold t."""
     return (response[None, :] <= thresholds[:, None]).mean(axis=1)
+
+
+def second_moments(features: np.ndarray) -> np.ndarray:
+    """(d * d,) the site's (1/m) sum_j a_j a_j^T of its feature rows, flattened (the MOMENTS release, privacy
+    off only)."""
+    features = np.asarray(features, float)
+    return (features.T @ features / max(len(features), 1)).ravel()
 
 
 def residual_density(features: np.ndarray, response: np.ndarray, point: np.ndarray, bandwidth: float) -> float:
@@ -338,6 +357,55 @@ class PublicMetric:
         t = self.step * self.l1 / self.diagonal[self.free:]
         out[self.free:] = np.sign(v[self.free:]) * np.maximum(np.abs(v[self.free:]) - t, 0.0)
         return out
+
+
+@dataclass(frozen=True)
+class MomentMetric:
+    """H = a^-1 (f G + ridge) with G the sites' mean second moments of their feature rows (a full matrix;
+    privacy off, N.1'): ``newton(g)`` = a (f G + ridge)^-1 g; ``prox(v)`` the proximal step of (lam/M) ||x_pen||_1
+    in that metric, argmin_x 1/2 (x - v)^T H (x - v) + (lam/M) ||x_pen||_1, by cyclic coordinate descent to
+    a relative change below 1e-12 (a d-dimensional lasso, d = K + 1; v itself for l2 and no penalty)."""
+
+    matrix: np.ndarray  # f G + ridge
+    step: float
+    l1: float
+    free: int
+
+    #: coordinate-descent sweeps at most, and the relative change that stops them
+    SWEEPS, TOLERANCE = 10_000, 1e-12
+
+    @classmethod
+    def of(cls, moments: np.ndarray, curvature: float, step: float, *, penalty: str, lam_site: float, free: int):
+        moments = np.asarray(moments, float)
+        ridge = np.where(np.arange(len(moments)) >= free, lam_site if penalty == "l2" else 0.0, 0.0)
+        return cls(curvature * moments + np.diag(ridge), float(step), lam_site if penalty == "l1" else 0.0,
+                   int(free))
+
+    @property
+    def diagonal(self) -> np.ndarray:
+        return np.diag(self.matrix).copy()
+
+    def newton(self, gradient: np.ndarray) -> np.ndarray:
+        return self.step * np.linalg.solve(self.matrix, gradient)
+
+    def prox(self, v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v, dtype=float)
+        if self.l1 == 0:
+            return v.copy()
+        a = self.matrix / self.step
+        diag = np.diag(a)
+        x = v.copy()
+        for _ in range(self.SWEEPS):
+            change = 0.0
+            for k in range(len(x)):
+                # the coordinate's minimizer with the others fixed: v_k - (A (x - v))_{-k} / A_kk, soft-thresholded
+                target = x[k] - (a[k] @ (x - v)) / diag[k]
+                new = target if k < self.free else np.sign(target) * max(abs(target) - self.l1 / diag[k], 0.0)
+                change = max(change, abs(new - x[k]))
+                x[k] = new
+            if change <= self.TOLERANCE * max(1.0, float(np.max(np.abs(x)))):
+                break
+        return x
 
 
 def averaged_noise_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,

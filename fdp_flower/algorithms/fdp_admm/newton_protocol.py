@@ -60,17 +60,25 @@ class NewtonServer(FDPADMMServer):
         self.free = int(m.intercept)
         self.c0 = m.intercept_share * m.clip_c1 if m.intercept else 1.0
         eig = basis.eigenvalues
-        if eig is None or np.size(eig) < self.dim - self.free or not np.all(np.asarray(eig, float) > 0):
-            raise ValueError("algorithm.rule 'newton' steps in the metric of the basis's score variances; this basis "
-                             "publishes none (give a provided basis its eigenvalues, or use 'pooled' / 'federated_dp')")
-        self.moments = np.r_[[self.c0**2] if self.free else [], np.asarray(eig, float)[: self.dim - self.free]]
-        #: the components the fit uses (N.5): with a private federated DP-FPCA basis, those whose released
-        #: eigenvalue clears the noise edge of the summaries (at least the leading one); the others stay at 0
-        from fdp_flower.functional.federated_fpca import noise_edge
+        #: privacy off on a basis without score variances: the metric is the sites' released second moments
+        #: (a MOMENTS round, N.1'), a (d, d) matrix once released
+        self.moment_metric = N.MOMENTS in self.schedule.kinds
+        if self.moment_metric:
+            self.moments = None
+            self.active = np.ones(self.dim, dtype=bool)
+        else:
+            if eig is None or np.size(eig) < self.dim - self.free or not np.all(np.asarray(eig, float) > 0):
+                raise ValueError("algorithm.rule 'newton' steps in the metric of the basis's score variances; this "
+                                 "basis publishes none (give a provided basis its eigenvalues, or use 'pooled' / "
+                                 "'federated_dp')")
+            self.moments = np.r_[[self.c0**2] if self.free else [], np.asarray(eig, float)[: self.dim - self.free]]
+            #: the components the fit uses (N.5): with a private federated DP-FPCA basis, those whose released
+            #: eigenvalue clears the noise edge of the summaries (at least the leading one); the others stay at 0
+            from fdp_flower.functional.federated_fpca import noise_edge
 
-        scores = np.asarray(eig, float)[: self.dim - self.free] > noise_edge(scenario.basis, sizes)
-        scores[0] = True
-        self.active = np.r_[[True] * self.free, scores]
+            scores = np.asarray(eig, float)[: self.dim - self.free] > noise_edge(scenario.basis, sizes)
+            scores[0] = True
+            self.active = np.r_[[True] * self.free, scores]
         shape = noise_scales(scenario, basis)
         self.noise_shape = np.ones(self.dim) if shape is None else np.asarray(shape, float)
         objective = build_objective(scenario)
@@ -93,7 +101,7 @@ class NewtonServer(FDPADMMServer):
         self.v_sum, self.v_count = np.zeros(self.dim), 0
         self.averaged_z: list[float] = []
         self.pending_gradient: np.ndarray | None = None
-        self.metric: N.PublicMetric | None = None
+        self.metric: N.PublicMetric | N.MomentMetric | None = None
         self.model: np.ndarray | None = None  # the released model after the fit (the fit's units)
         self.intercepts: list[float] = []
         self._bandwidth: float | None = None
@@ -120,7 +128,7 @@ class NewtonServer(FDPADMMServer):
     # ------------------------------------------------------------------ calibration of the releases
     #: the server's own state a checkpoint keeps (floats, ints, arrays; JSON round-trips each exactly)
     _SCALARS = ("location", "scale", "curvature", "densities", "term_index", "v_count", "_bandwidth")
-    _ARRAYS = ("brackets", "x", "v_sum", "pending_gradient", "model")
+    _ARRAYS = ("brackets", "x", "v_sum", "pending_gradient", "model", "moments")
     _LISTS = ("averaged_z", "intercepts")
 
     def checkpoint_state(self) -> dict:
@@ -133,8 +141,12 @@ class NewtonServer(FDPADMMServer):
                     for k in self._ARRAYS})
         out.update({k: [float(v) for v in getattr(self, k)] for k in self._LISTS})
         m = self.metric
-        out["metric"] = None if m is None else {"diagonal": m.diagonal.tolist(), "step": m.step, "l1": m.l1,
-                                                "free": m.free}
+        if m is None:
+            out["metric"] = None
+        elif isinstance(m, N.MomentMetric):
+            out["metric"] = {"matrix": m.matrix.tolist(), "step": m.step, "l1": m.l1, "free": m.free}
+        else:
+            out["metric"] = {"diagonal": m.diagonal.tolist(), "step": m.step, "l1": m.l1, "free": m.free}
         return out
 
     def resume(self, state, ledger_releases, history, failures, server_state: dict | None = None) -> None:
@@ -150,8 +162,14 @@ class NewtonServer(FDPADMMServer):
             for k in self._LISTS:
                 setattr(self, k, [float(v) for v in server_state[k]])
             m = server_state["metric"]
-            self.metric = None if m is None else N.PublicMetric(np.asarray(m["diagonal"], float), float(m["step"]),
-                                                               float(m["l1"]), int(m["free"]))
+            if m is None:
+                self.metric = None
+            elif "matrix" in m:
+                self.metric = N.MomentMetric(np.asarray(m["matrix"], float), float(m["step"]), float(m["l1"]),
+                                             int(m["free"]))
+            else:
+                self.metric = N.PublicMetric(np.asarray(m["diagonal"], float), float(m["step"]), float(m["l1"]),
+                                             int(m["free"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"the checkpoint's Newton-rule server state is incomplete ({exc})") from None
         super().resume(state, ledger_releases, history, failures)
@@ -159,7 +177,7 @@ class NewtonServer(FDPADMMServer):
     def planned_release(self, round_: int, client: int, m: float | None = None):
         m = self.sizes[client] if m is None else m
         kind = self.schedule.kind(round_)
-        if kind == N.RANGE:
+        if kind in (N.RANGE, N.MOMENTS):
             return None
         return newton_release_event(kind, int(client), int(round_), float(m), self.calibration,
                                     self._bandwidth if kind == N.DENSITY else None)
@@ -177,7 +195,7 @@ class NewtonServer(FDPADMMServer):
     def request_values(self, kind: str) -> dict:
         """The public values of a ``kind`` request at the current state (no side effect): the thresholds of the
         quartile search, the point (and for a density its bandwidth) of the fit, the calibration's point."""
-        if kind == N.RANGE:
+        if kind in (N.RANGE, N.MOMENTS):
             return {}
         if kind == N.QUARTILES:
             thresholds = N.quartile_thresholds(self.brackets, shared=self.warped)
@@ -209,7 +227,7 @@ class NewtonServer(FDPADMMServer):
     def _check(self, release: SiteRelease) -> None:
         client, round_ = int(release.client), self.current_plan.round
         kind = self.schedule.kind(round_)
-        shape = (self.dim,) if kind == N.TERM else (_SHAPES[kind],)
+        shape = (self.dim,) if kind == N.TERM else (self.dim * self.dim,) if kind == N.MOMENTS else (_SHAPES[kind],)
         check_schedule_release(release, kind, shape, self.sizes[client], self.planned_release(round_, client))
 
     def _close(self, plan: RoundPlan, accepted: dict[int, SiteRelease]) -> dict:
@@ -231,8 +249,8 @@ class NewtonServer(FDPADMMServer):
         """The server's step on round ``round_``'s releases ``{client: value}`` (its kind's step below), and the
         successor state with the current model."""
         kind = self.schedule.kind(round_)
-        {N.RANGE: self._range, N.QUARTILES: self._quartiles, N.TERM: self._term, N.DENSITY: self._density,
-         N.SHARE: self._share}[kind](round_, values)
+        {N.RANGE: self._range, N.QUARTILES: self._quartiles, N.MOMENTS: self._moments, N.TERM: self._term,
+         N.DENSITY: self._density, N.SHARE: self._share}[kind](round_, values)
         w = self.current_model
         self.state = self.state.successor(w, np.zeros((self.num_clients, self.dim)),
                                           np.broadcast_to(w, (self.num_clients, self.dim)).copy())
@@ -251,6 +269,18 @@ class NewtonServer(FDPADMMServer):
         if round_ >= self.schedule.rounds or self.schedule.kind(round_ + 1) != N.QUARTILES:
             location, self.scale = N.location_and_scale(np.sinh(self.brackets) if self.warped else self.brackets)
             self.location = location if self.free else 0.0
+
+    def _moments(self, round_: int, values: dict) -> None:
+        """The metric's G (N.1'): the mean over the sites of their released second moments, symmetrized -- the
+        gradient is the mean of the sites' terms, so its curvature is f G.  A singular G (a coordinate no row
+        spans) stops the run in one line."""
+        d = self.dim
+        mean = np.mean([np.asarray(v, float).reshape(d, d) for v in values.values()], axis=0)
+        mean = (mean + mean.T) / 2.0
+        if np.linalg.eigvalsh(mean)[0] <= 1e-12 * max(float(np.trace(mean)), 1e-300):
+            raise ValueError("the sites' feature rows do not span every coordinate (their second-moment matrix is "
+                             "singular): use fewer basis components")
+        self.moments = mean
 
     def _term(self, round_: int, values: dict) -> None:
         gradient = -np.mean(list(values.values()), axis=0)  # the releases are descent terms -g_i + noise
@@ -281,8 +311,9 @@ class NewtonServer(FDPADMMServer):
         """One Newton step in the public metric (N.1)-(N.2); after the last term round, the released model."""
         step = N.FIRST_STEP if self.densities == 0 else N.STEP
         lam = self.lam_site * (self.scale if self.penalty == "l2" else 1.0)
-        self.metric = N.PublicMetric.of(self.moments, self.curvature, step, penalty=self.penalty, lam_site=lam,
-                                        free=self.free)
+        metric = N.MomentMetric if self.moment_metric else N.PublicMetric
+        self.metric = metric.of(self.moments, self.curvature, step, penalty=self.penalty, lam_site=lam,
+                                free=self.free)
         v = self.x - self.metric.newton(gradient)
         if self.term_index > N.TRANSIENT_ROUNDS:
             self.v_sum, self.v_count = self.v_sum + v, self.v_count + 1

@@ -265,14 +265,16 @@ def newton_plan(scenario: Scenario, basis: FunctionalBasis, total_records: float
     """The Newton rule's public schedule (:func:`fdp_flower.algorithms.fdp_admm.newton.newton_schedule`): its
     mu^2 is the ADMM plan's sum_l z_l^-2 for the same ``algorithm.rounds`` and budget (the total budget net of
     a private basis phase), so the run spends exactly what the ADMM rule would; ``total_records`` n = sum m_i
-    sets the auxiliary releases' shares (public)."""
+    sets the auxiliary releases' shares (public).  Privacy off on a basis without score variances, the schedule
+    has a second-moments round (the metric's matrix)."""
     from fdp_flower.algorithms.fdp_admm.newton import newton_schedule
 
     z = noise_plan(scenario, basis).noise_multipliers
     mu = None if z is None else float(np.sqrt(np.sum(np.asarray(z, float) ** -2.0)))
     a = scenario.algorithm
     return newton_schedule(a.rounds, mu=mu, total_records=float(total_records),
-                           intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None)
+                           intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None,
+                           moments=mu is None and basis.eigenvalues is None)
 
 
 def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None, total_records: float | None = None):

@@ -78,6 +78,24 @@ class Evaluator:
             # relative to the optimum; a response the model fits exactly (a constant) has optimum 0: then
             # the absolute gap, which tends to 0 the same way
             out["objective_gap"] = (obj - ref) / abs(ref) if ref != 0 else obj - ref
+            out.update(self.exact_distance(estimate))
+        return out
+
+    def exact_distance(self, w: np.ndarray) -> dict[str, float]:
+        """How far the run's estimate ``w`` is from the exact estimator w_exact (the reference), not only in
+        objective: ``exact_distance`` = ||w - w_exact|| / ||w_exact|| (coefficients, intercept included; the
+        absolute distance when w_exact = 0) and, when the design's beta is known, ``exact_mise_ratio`` =
+        int (beta_hat - beta_exact)^2 / int (beta_exact - beta)^2 (in units of the exact estimator's own MISE)."""
+        w_exact = np.asarray(self.reference.w, float)
+        gap = float(np.linalg.norm(np.asarray(w, float) - w_exact))
+        norm = float(np.linalg.norm(w_exact))
+        out = {"exact_distance": gap / norm if norm > 0 else gap}
+        if self.beta is not None:
+            _i, coef = split_coefficients(self.scenario, w)
+            _i, exact = split_coefficients(self.scenario, w_exact)
+            between = float(design.mise(self.basis.function(coef), self.basis.function(exact), self.basis.grid))
+            exact_mise = float(design.mise(self.basis.function(exact), self.beta, self.basis.grid))
+            out["exact_mise_ratio"] = between / exact_mise if exact_mise > 0 else float("nan")
         return out
 
 

@@ -363,7 +363,7 @@ def _aggregated_release(client: int, round_: int, whitened: np.ndarray, m: float
 NEWTON_MECHANISMS = {"quartiles": "fdp_newton_quartile_shares", "density": "fdp_newton_residual_density",
                      "share": "fdp_newton_residual_share", "residual_quartiles": "fdp_level_residual_quartile_shares"}
 #: the public values each release kind of the Newton rule names, and nothing else
-_NEWTON_KEYS = {"range": set(), "quartiles": {"thresholds"}, "density": {"point", "bandwidth"}, "share": {"point"},
+_NEWTON_KEYS = {"range": set(), "moments": set(), "quartiles": {"thresholds"}, "density": {"point", "bandwidth"}, "share": {"point"},
                 "term": {"point"}, "residual_quartiles": {"point", "thresholds"}}
 
 
@@ -413,6 +413,12 @@ def _answer_newton(requests: Sequence[SiteRequest], data: SiteData, plan: SitePl
                 if plan.private:
                     raise ValueError("a range release (min, max of the responses) is refused with privacy on")
                 out.append(SiteRelease(client, round_, np.array([response.min(), response.max()]), m, None,
+                                       {"sensitivity": 0.0, "sigma": 0.0}))
+                continue
+            if kind == N.MOMENTS:
+                if plan.private:
+                    raise ValueError("a second-moments release (of the feature rows) is refused with privacy on")
+                out.append(SiteRelease(client, round_, N.second_moments(features), m, None,
                                        {"sensitivity": 0.0, "sigma": 0.0}))
                 continue
             if kind in (N.QUARTILES, N.RESIDUAL_QUARTILES):
