@@ -493,8 +493,9 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         the basis's score variances with released residual densities, dual averaging and (with an intercept) a
         calibrated intercept, after a private location/scale search (inside ``response_bounds`` if given, else
         in asinh(y)).  Default None: the scenario schema's choice, the same as ``fdp-flower run`` -- "newton"
-        with an FPCA basis ("fpca", "pooled", a FunctionalBasis with eigenvalues) and eps=None or
-        privacy="total" unless ``rho``, ``step`` or ``estimator`` is given, else "admm".
+        with eps=None (any basis: a fixed one gets a second-moments round for its metric) or with an FPCA basis
+        ("fpca", "pooled", a FunctionalBasis with eigenvalues) and privacy="total", unless ``rho``, ``step`` or
+        ``estimator`` is given, else "admm".
     level_calibration : bool or None
         The ADMM rule's location/scale search and level calibration (``algorithm.level_calibration``;
         docs/algorithms.md section 1.4), inside the same total budget: 8 rounds before the ADMM rounds find the

@@ -62,9 +62,6 @@ def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, 
     if model.privacy.private and eps_total is not None and eps_total <= model.privacy.eps:
         raise ValueError(f"eps_total: {eps_total:g} leaves nothing for inference: the fit alone spent "
                          f"eps = {model.privacy.eps:.4g}")
-    from fdp_flower.inference.inprocess import check_inferable
-
-    check_inferable(model.scenario)
     label = f"infer(tau={float(model.scenario.model.loss.tau):g}, eps_total={eps_total})"
     if accountant is not None:
         planned = None
@@ -273,7 +270,9 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
             estimator=self.estimator,
             basis_eps=self.basis_eps, basis_delta=self.basis_delta, seed=self.random_state,
             noise_source=self.noise_source, reference=False, name="FDPQuantileRegressor",
-            level_calibration=False if self.inference_share is not None else None)  # the bands model the ADMM rule
+            # with inference: the ADMM rule in the response's units, whose bands were measured at 200 repetitions per
+            # cell (docs/inference.md section 4; a level-calibrated fit's band, section 6, at fewer)
+            level_calibration=False if self.inference_share is not None else None)
         several = not np.isscalar(self.quantile)
         if self.inference_share is not None:
             from fdp_flower.inference.inprocess import run_inference

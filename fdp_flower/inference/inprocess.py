@@ -47,19 +47,6 @@ class InferenceRecord:
     failure: str = ""
 
 
-def check_inferable(scenario) -> None:
-    """Refuse (one line, before any release) a fit whose estimator the inference does not model: the ADMM rule
-    with its location/scale search and level calibration (docs/algorithms.md section 1.4) runs its ADMM rounds in
-    standardized units and then moves the intercept, while the sandwich's noise recursion (eq. (9.4)) is the ADMM
-    rule's in the response's units."""
-    from fdp_flower.algorithms.fdp_admm.plan import level_calibration
-
-    if level_calibration(scenario):
-        raise ValueError("inference: the private bands model the ADMM rule's iterates in the response's units, not "
-                         "its location/scale search and level calibration; fit with level_calibration=False (and "
-                         "response_offset / response_scale or response_bounds) to infer")
-
-
 def run_inference(model, parts: Sequence[tuple[np.ndarray, np.ndarray]], *, eps_total: float | None,
                   shares: Sequence[float] = RELEASE_SHARES) -> InferenceRecord:
     """Every site's inference releases at ``model.w`` and the server's aggregate.
@@ -71,7 +58,6 @@ def run_inference(model, parts: Sequence[tuple[np.ndarray, np.ndarray]], *, eps_
     and needs no ``eps_total``.
     """
     sc = model.scenario
-    check_inferable(sc)
     sizes = tuple(int(m) for m in model.sample_sizes)
     if len(parts) != len(sizes) or any(np.shape(y)[0] != m for (_, y), m in zip(parts, sizes)):
         raise ValueError(f"parts: expected {len(sizes)} sites with {list(sizes)} rows (the fit's split), "
