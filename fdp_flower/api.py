@@ -435,7 +435,8 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         Penalty P ("l1", "l2", "elastic_net", "scad", "mcp", "none") and its weight (defaults: l1, 0.05);
         the intercept is never penalized.
     rounds : int or None
-        L (default: 80; 30 in per_round mode, the paper's setting).
+        L (default: the rule's -- 80 for the ADMM rule in total mode, 30 in per_round mode (the paper's setting),
+        30 for the Newton rule, which is the default with eps=None and with an FPCA basis in total mode).
     basis : str or FunctionalBasis
         "cosine" (default), "bspline", "fourier" (fixed: no privacy cost), "fpca" (federated DP-FPCA
         at (basis_eps, basis_delta), charged to every client's ledger; in total mode inside ``eps``, the
