@@ -203,8 +203,8 @@ def level_inference(model, sandwich: SandwichEstimate, *, debias: bool = True):
     x_hat = w_hat.copy()
     x_hat[0] -= (offset + location) / c0  # the ADMM estimator before the calibration's move, then standardized
     x_hat /= scale
-    inner = coefficient_inference(x_hat, standardized_sandwich(sandwich, scale), plan_summary(model, x_hat),
-                                  debias=debias)
+    standardized, plan = standardized_sandwich(sandwich, scale), plan_summary(model, x_hat)
+    inner = coefficient_inference(x_hat, standardized, plan, debias=debias)
     d = sandwich.hessian
     move = -d[0, 1:] / d[0, 0]  # J: the calibrated intercept's move per unit of slope
     lift = np.vstack([move, np.eye(d.shape[0] - 1)])
@@ -225,8 +225,7 @@ def level_inference(model, sandwich: SandwichEstimate, *, debias: bool = True):
             # the released slopes' noise delta smooths the residuals the calibration counts: the share is tau at
             # b*(w°) - E[a] delta - (f' / 2f) delta^T C delta (C the scores' covariance), so the calibrated intercept
             # sits (f' / 2f) tr(C Sigma_delta) away in expectation, with variance (f' / 2f)^2 2 tr((C Sigma)^2)
-            released = coefficient_inference(x_hat, standardized_sandwich(sandwich, scale),
-                                             plan_summary(model, x_hat), debias=False)
+            released = coefficient_inference(x_hat, standardized, plan, debias=False)
             sigma = scale**2 * released.privacy_covariance[1:, 1:]
             g = sandwich.gram
             spread = g[1:, 1:] - np.outer(g[1:, 0], g[0, 1:]) / g[0, 0]
