@@ -241,7 +241,6 @@ def default_rule(data: dict[str, Any]) -> str:
     algorithm, model, privacy = _section(data, "algorithm"), _section(data, "model"), _section(data, "privacy")
     loss = _field(model, "loss", {})
     enabled = _field(privacy, "enabled", True)
-    basis_kind = _field(_section(data, "basis"), "kind", "pooled")
     failure_rate = _field(_section(data, "faults"), "failure_rate", 0.0)
     moments = not _score_variances(_section(data, "basis"))
     if moments and enabled is not False:
