@@ -182,12 +182,13 @@ def level_inference(model, sandwich: SandwichEstimate, *, debias: bool = True):
     recursion (9.4) in those units (D_s = s D, the released noise, the steps and the standardized penalty) gives
     x_d and Var(x_d), and the slopes are s x_d with covariance s^2 Var.  The intercept is the calibration's:
     the share of responses below the fit is tau at the released slopes, i.e. the intercept's first-order
-    condition D_00 w_0 + D_0s w_s = const, so it moves with the slopes by J = -D_0s / D_00, and the share rounds
-    add their noise: b_K - b* = alpha (b_0 - b*) + sum_k c_k e_k / f (:func:`calibration_weights`; e_k the
-    pooled share noise, f the server's density phi(Phi^-1(tau)) / s_r, ratio f_hat / f from the released
-    density).  Debiased, the intercept is (b_K - alpha b_0) / (1 - alpha), which removes the start's error (the
-    normal approximation of the residuals' tau-quantile, and the search's noise) and leaves
-    sum_k c_k e_k / (f (1 - alpha)).  The sampling part is the exact estimator's, D^-1 Omega D^-1: the calibrated
+    condition D_00 w_0 + D_0s w_s = const, so it moves with the slopes by J = -D_0s / D_00.  Released, it carries
+    the share rounds' noise, sum_k c_k e_k / f (:func:`calibration_weights`; e_k the pooled share noise, f the
+    server's density phi(Phi^-1(tau)) / s_r).  Debiased, the level is re-estimated from the share releases
+    (recovered from the history's offsets) with the released density f_hat, averaging the rounds after the first
+    -- which removes what the server's normal-law density left of the search's start -- minus the shift
+    -(f'/2f) tr(C Sigma_delta) of the released slopes' noise; its variance is the averaged rounds' share noise
+    over f_hat^2 plus that shift's.  The sampling part is the exact estimator's, D^-1 Omega D^-1: the calibrated
     intercept solves the same first-order condition."""
     from fdp_flower.algorithms.fdp_admm.newton import normal_density_at_quantile
     from fdp_flower.algorithms.fdp_admm.site import NEWTON_MECHANISMS
