@@ -609,7 +609,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
             warnings.warn("fit: privacy on, the ADMM rule without its level calibration and nothing declared about the "
                           "response, so the fit runs in its own units as if centred at 0 with spread 1 (quantile "
                           "levels are off for a response far from that); give level_calibration=True (the default), "
-                          "basis='fpca' (the Newton rule finds the location and scale privately), "
+                          "basis='fpca' or rule='newton' (the Newton rule finds the location and scale privately), "
                           "or response_bounds=(lo, hi), or response_offset and response_scale",
                           ResponseUnitsWarning, stacklevel=3)
         from fdp_flower.algorithms.fdp_admm.plan import planned_rounds

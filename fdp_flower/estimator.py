@@ -54,8 +54,9 @@ def infer(model, curves, y, *, eps_total: float | None = None, client_ids=None, 
         charged to it after (the fit must be charged too: pass the same accountant to ``fit``).
     """
     from fdp_flower.api import curve_inputs
-    from fdp_flower.inference.inprocess import run_inference
+    from fdp_flower.inference.inprocess import check_inferable, run_inference
 
+    check_inferable(model)
     values, response, own_grid, _ = curve_inputs(curves, y, grid=grid)
     if own_grid.shape != model.grid.shape or not np.allclose(own_grid, model.grid, rtol=1e-9, atol=0):
         raise ValueError("curves: not on the model's grid (give the data the model was fitted on)")
@@ -271,8 +272,10 @@ class FDPQuantileRegressor(RegressorMixin, BaseEstimator):
             basis_eps=self.basis_eps, basis_delta=self.basis_delta, seed=self.random_state,
             noise_source=self.noise_source, reference=False, name="FDPQuantileRegressor",
             # with inference: the ADMM rule in the response's units, whose bands were measured at 200 repetitions per
-            # cell (docs/inference.md section 4; a level-calibrated fit's band, section 6, at fewer)
-            level_calibration=False if self.inference_share is not None else None)
+            # cell (docs/inference.md section 4; a level-calibrated fit's band, section 6, at fewer; the Newton
+            # rule's releases have no band)
+            level_calibration=False if self.inference_share is not None else None,
+            rule="admm" if self.inference_share is not None and self.eps is not None else None)
         several = not np.isscalar(self.quantile)
         if self.inference_share is not None:
             from fdp_flower.inference.inprocess import run_inference

@@ -190,3 +190,25 @@ def test_readme_band_example_runs_as_written(capsys, monkeypatch, tmp_path):
     exec(compile(code, "README.md", "exec"), namespace)
     assert capsys.readouterr().out.strip() == shown.strip()
     assert namespace["est"].band_ is not None and namespace["ax"].get_legend() is not None
+
+
+def test_private_bands_refuse_a_newton_fit_and_the_estimator_fits_the_admm_rule_for_them(data):
+    """The private bands model the ADMM rule's noise recursion: ``infer`` on a private Newton-rule fit is refused in
+    one line before any release (the ledger is unchanged); ``FDPQuantileRegressor`` with inference fits the ADMM
+    rule even on an FPCA basis (where ``fit`` would default to the Newton rule)."""
+    import skfda
+
+    from fdp_flower.estimator import infer
+    from fdp_flower.inference.releases import fit_budget
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the predicted privacy cost of 400 curves a site
+        newton = fdp_flower.fit(data.curves, data.response, grid=GRID, eps=fit_budget(1.0, 1e-5), n_clients=3,
+                                n_components=3, rule="newton", reference=False)
+        before = len(newton.ledger.releases)
+        with pytest.raises(ValueError, match="ran the Newton rule"):
+            infer(newton, data.curves, data.response, eps_total=1.0)
+        assert len(newton.ledger.releases) == before
+        est = fdp_flower.FDPQuantileRegressor(eps=1.0, basis="fpca", n_clients=3, n_components=3)
+        est.fit(skfda.FDataGrid(data.curves, GRID), data.response)
+    assert est.model_.scenario.algorithm.rule == "admm" and est.model_.inference is not None  # its releases ran

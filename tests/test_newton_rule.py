@@ -196,13 +196,12 @@ def test_the_moment_metrics_prox_is_the_exact_lasso_step():
     np.testing.assert_allclose(metric.matrix @ metric.newton(g), metric.step * g, atol=1e-12)
 
 
-def test_the_second_moments_release_exists_only_without_privacy():
-    """A private schedule never has a MOMENTS round (the release has no noise): asking for one is refused, and a
-    private scenario on a fixed basis keeps the ADMM rule or, asked for the Newton rule, is refused in one line."""
-    with pytest.raises(ValueError, match="without privacy only"):
-        N.schedule_kinds(30, intercept=True, bounds=False, private=True, moments=True)
-    with pytest.raises(ScenarioError, match="fixed basis has none"):
-        scenario(basis=COSINE)
+def test_the_second_moments_release_is_exact_without_privacy_and_noised_with_it():
+    """Privacy off: the site's (1/m) sum_j a_j a_j^T of its clipped rows, no event.  Privacy on (a fixed basis under
+    the Newton rule, the sphere clip): one MOMENTS round after the 8 search rounds, a share of the schedule's one
+    mu^2 (the multipliers still compose to the ADMM plan's), charged as ``fdp_newton_second_moments`` with
+    sensitivity sqrt(2) c1^2 / m_i, and the released value minus the exact one ~ N(0, sigma^2) in each of the d^2
+    entries (chi-square at level 1e-6)."""
     sc = scenario(private=False, bounds=None, basis=COSINE, n=400, clients=4)
     plan = site_plan(sc, _cosine_basis(), [100] * 4, 400)
     rng = np.random.default_rng(1)
@@ -211,6 +210,93 @@ def test_the_second_moments_release_exists_only_without_privacy():
     features = data.rows_of(0)[0]
     np.testing.assert_allclose(release.value, (features.T @ features / 100).ravel())
     assert release.event is None
+
+    private = scenario(bounds=None, basis=COSINE, n=400, clients=4)
+    plan = site_plan(private, _cosine_basis(), [100] * 4, 400)
+    kinds = plan.schedule.kinds
+    assert kinds[:9] == (N.QUARTILES,) * N.UNBOUNDED_LOCATION_ROUNDS + (N.MOMENTS,) and len(kinds) == 30
+    z_admm = noise_plan(private, _cosine_basis()).noise_multipliers
+    assert np.sum(plan.schedule.multipliers ** -2.0) == pytest.approx(np.sum(z_admm ** -2.0), rel=1e-12)
+    c1 = private.model.clip_c1
+    assert plan.row_bound == c1
+    z = [], []
+    for seed in range(40):  # 40 releases of 36 entries: 1440 degrees of freedom
+        (release,) = answer([SiteRequest(0, 9, {})], data, plan, run_noise(seed))
+        event = release.event
+        assert event.mechanism == "fdp_newton_second_moments"
+        assert event.sensitivity == pytest.approx(math.sqrt(2.0) * c1**2 / 100, rel=1e-12)
+        assert event.sigma == pytest.approx(plan.schedule.z(9) * event.sensitivity, rel=1e-12)
+        z[0].append((release.value - (features.T @ features / 100).ravel()) / event.sigma)
+    standardized = np.concatenate(z[0])
+    from scipy import stats
+
+    assert stats.chi2.ppf(1e-6, standardized.size) <= np.sum(standardized**2) <= stats.chi2.isf(1e-6, standardized.size)
+
+
+def test_the_second_moments_sensitivity_is_attained_by_rows_of_the_clip():
+    """||a a^T - b b^T||_F <= sqrt(2) c1^2 for rows (c0, a), (c0, b) of norm c1 -- equality when a.b = -c0^2 (the
+    rows are orthogonal), which the intercept share 1/2 allows: the calibration is tight, not loose."""
+    c1, share = 3.0, 0.5
+    c0 = share * c1
+    room = c1 * math.sqrt(1 - share**2)
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for _ in range(2000):
+        a, b = rng.standard_normal((2, 5))
+        a, b = room * a / np.linalg.norm(a), room * b / np.linalg.norm(b)
+        u, v = np.r_[c0, a], np.r_[c0, b]
+        worst = max(worst, np.linalg.norm(np.outer(u, u) - np.outer(v, v)))
+    assert worst <= math.sqrt(2.0) * c1**2 * (1 + 1e-12)
+    a = np.r_[room, 0.0, 0.0, 0.0, 0.0]
+    b = np.r_[-c0**2 / room, math.sqrt(room**2 - c0**4 / room**2), 0.0, 0.0, 0.0]  # a.b = -c0^2, ||b|| = room
+    u, v = np.r_[c0, a], np.r_[c0, b]
+    assert np.linalg.norm(np.outer(u, u) - np.outer(v, v)) == pytest.approx(math.sqrt(2.0) * c1**2, rel=1e-12)
+
+
+def test_the_server_floors_the_noisy_second_moments_at_the_noise_edge():
+    """floor_moments: symmetric, the public c0^2 in the corner, every eigenvalue >= sqrt(2 d) s phi(0) /
+    phi(Phi^-1(tau)); a matrix whose eigenvalues all clear that floor comes back unchanged (symmetrized)."""
+    rng = np.random.default_rng(4)
+    d, s = 6, 0.05
+    q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    g = (q * np.linspace(1.0, 3.0, d)) @ q.T
+    noisy = g + s * rng.standard_normal((d, d))
+    floored = N.floor_moments(noisy, s, c0=1.5, tau=0.1)
+    np.testing.assert_allclose(floored, floored.T, atol=1e-12)
+    edge = math.sqrt(2 * d) * s * N.normal_density_at_quantile(0.5) / N.normal_density_at_quantile(0.1)
+    assert np.linalg.eigvalsh(floored)[0] >= edge * (1 - 1e-12)
+    weak = N.floor_moments(np.diag([2.25, 1.0, 1e-4, 1e-4, 1e-4, 1e-4]), s)
+    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(weak))[:4], math.sqrt(2 * d) * s, rtol=1e-12)
+    np.testing.assert_allclose(N.floor_moments(g, 1e-6), g, atol=1e-12)
+    corner = N.floor_moments(g, 1e-6, c0=1.5)
+    assert corner[0, 0] == pytest.approx(2.25, rel=1e-9)
+
+
+def test_a_private_newton_fit_on_a_fixed_basis_runs_30_rounds_and_spends_its_budget(tmp_path):
+    """fit(..., rule="newton") on the default cosine basis with privacy: 30 rounds, one second-moments release per
+    site in the ledger, the whole budget spent (PLD eps in [0.97, 1])."""
+    import fdp_flower
+    from fdp_flower.functional import design
+
+    grid = design.default_grid(40)
+    data = design.simulate_slice(5, 0, 1200, tau=0.5, grid=grid)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = fdp_flower.fit(data.curves, data.response, grid=grid, eps=1.0, n_components=6, n_clients=4,
+                               rule="newton", reference=False, data_dir=tmp_path)
+    assert len(model.history) == 30 and model.stop_reason == "completed"
+    moments = [r for r in model.ledger.releases if r.mechanism == "fdp_newton_second_moments"]
+    assert sorted(r.client for r in moments) == [0, 1, 2, 3] and {r.round for r in moments} == {9}
+    assert 0.97 <= model.privacy.eps <= 1.0
+    # ``fdp-flower privacy`` computes the same releases from the scenario alone (no data): kinds, sensitivities
+    from fdp_flower.cli.privacy import fdp_admm_ledger
+
+    calculated, _sizes = fdp_admm_ledger(model.scenario)
+    ran = {(r.client, r.round): r for r in model.ledger.releases}
+    for r in calculated.releases:
+        assert ran[(r.client, r.round)].mechanism == r.mechanism
+        if r.mechanism != "fdp_newton_residual_density":  # its bandwidth follows the run's density
+            assert ran[(r.client, r.round)].sigma == pytest.approx(r.sigma, rel=1e-9)
 
 
 @pytest.mark.parametrize("private", [False, True])
@@ -260,17 +346,18 @@ def test_newton_refuses_what_it_cannot_run_in_one_line():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("private", [True, False], ids=["private", "privacy_off_fixed_basis"])
-def test_flower_simulation_runs_the_newton_rule_as_the_in_process_engine(tmp_path, private):
+@pytest.mark.parametrize("private,basis", [(True, None), (False, COSINE), (True, COSINE)],
+                         ids=["private", "privacy_off_fixed_basis", "private_fixed_basis"])
+def test_flower_simulation_runs_the_newton_rule_as_the_in_process_engine(tmp_path, private, basis):
     """``fdp-flower run --engine flower`` (a SuperLink with Flower's simulation runtime, the real ClientApp) and the
     in-process engine: the same 30 releases per site, the same released model (to rounding: the server averages
-    the replies in arrival order); privacy off on a fixed basis, the second-moments round travels as well."""
+    the replies in arrival order); on a fixed basis the second-moments round travels as well (noised with
+    privacy)."""
     import yaml
 
     from fdp_flower.engines.flower import run_on_simulation
 
-    sc = scenario(n=2000, clients=4) if private else scenario(n=2000, clients=4, private=False, bounds=None,
-                                                               basis=COSINE)
+    sc = scenario(n=2000, clients=4, private=private, bounds=(-50.0, 50.0) if private else None, basis=basis)
     path = tmp_path / "newton.yaml"
     path.write_text(yaml.safe_dump(sc.model_dump(mode="json")))
     run_id, status, results, _ = run_on_simulation(path, [], tmp_path / "res", echo=lambda line: None)
@@ -428,10 +515,10 @@ def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, 
         run_fdp_admm(sc, with_reference=False, resume=read_checkpoint(tmp_path / "old.npz"))
 
 
-def _small_audit(bounds=(-20.0, 20.0)):
+def _small_audit(bounds=(-20.0, 20.0), basis=None):
     from fdp_flower.engines.audit import audit_protocol, protocol_for
 
-    sc = scenario(bounds=bounds, n=400, clients=4)
+    sc = scenario(bounds=bounds, n=400, clients=4, basis=basis)
     protocol = protocol_for(sc)
     return sc, protocol, audit_protocol(protocol, transcripts=3, lr_trials=30)
 
@@ -476,6 +563,28 @@ def test_the_audit_fails_a_site_that_understates_a_newton_release(monkeypatch, k
     assert not report.passed
     steps = [t for t in range(1, 31) if protocol.schedule.kind(t) == kind]
     assert any(message in f and f"step {t}:" in f for f in report.failures for t in steps), report.failures
+
+
+@pytest.mark.parametrize("understate", [1.0, 3.0], ids=["calibrated", "understated"])
+def test_the_audit_measures_the_second_moments_release_of_a_fixed_basis(monkeypatch, understate):
+    """A private Newton run on the cosine basis: the audit replays its second-moments step with the real site
+    function and passes; a site stating a third of that release's sensitivity fails at that step."""
+    from fdp_flower.algorithms.fdp_admm import newton as newton_module
+
+    true = newton_module.release_sensitivity
+
+    def stated(k, m, **kw):
+        return true(k, m, **kw) / (understate if k == N.MOMENTS else 1.0)
+
+    monkeypatch.setattr(newton_module, "release_sensitivity", stated)
+    _sc, protocol, report = _small_audit(bounds=None, basis=COSINE)
+    step = protocol.schedule.kinds.index(N.MOMENTS) + 1
+    if understate == 1.0:
+        assert report.passed, "\n".join(report.failures)
+        assert 0.97 <= report.eps_accounted["replace_one"] <= 1.0
+    else:
+        assert not report.passed
+        assert any("measured sensitivity" in f and f"step {step}:" in f for f in report.failures), report.failures
 
 
 # ---------------------------------------------------------------- the search without declared bounds

@@ -113,7 +113,8 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
     # the noise shape (the basis's score variances) changes no eps: each release is a Gaussian with its
     # own multiplier z_l, whatever the metric its sensitivity is measured in
     calibration = SitePlan(build_objective(scenario).loss, plan.gradient_bound, None, plan.noise_multipliers,
-                           plan.dim)
+                           plan.dim, row_bound=float(scenario.model.clip_c1)
+                           if scenario.model.clip_shape == "sphere" else None)
     if getattr(scenario.algorithm, "rule", "admm") == "newton":
         return _newton_ledger(scenario, calibration, sizes), sizes
     from fdp_flower.algorithms.fdp_admm.plan import level_calibration
@@ -128,18 +129,21 @@ def fdp_admm_ledger(scenario) -> tuple[PrivacyLedger, np.ndarray]:
 
 def _newton_ledger(scenario, calibration, sizes) -> PrivacyLedger:
     """The Newton rule's releases (docs/algorithms.md section 1.3): its schedule splits the ADMM plan's mu^2 over
-    quartile shares, data terms, residual densities and shares, each with its own mechanism.  A density's
+    quartile shares, a fixed basis's second moments, data terms, residual densities and shares, each with its own
+    mechanism.  A density's
     sensitivity 1 / (2 h m_i) depends on the bandwidth h the server names during the run; its eps does not
     (sigma = z_l x sensitivity), so the first, public bandwidth stands in."""
     from dataclasses import replace
 
     from fdp_flower.algorithms.fdp_admm import newton as N
+    from fdp_flower.algorithms.fdp_admm.config import _score_variances
     from fdp_flower.algorithms.fdp_admm.site import newton_release_event
 
     a = scenario.algorithm
     mu = float(np.sqrt(np.sum(np.asarray(calibration.noise_multipliers, float) ** -2.0)))
     schedule = N.newton_schedule(a.rounds, mu=mu, total_records=float(np.sum(sizes)),
-                                 intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None)
+                                 intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None,
+                                 moments=not _score_variances(scenario.basis))
     plan = replace(calibration, schedule=schedule, noise_multipliers=schedule.multipliers)
     ledger = PrivacyLedger()
     for round_, kind in enumerate(schedule.kinds, start=1):

@@ -350,7 +350,8 @@ class _ScheduledKinds:
 
 class NewtonAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
     """FDP-ADMM under the Newton rule (``algorithm.rule: newton``): client ``party``'s releases of the rule's
-    fixed schedule -- quartile shares, data terms, residual densities, residual shares -- at the public values the
+    fixed schedule -- quartile shares, a fixed basis's second moments, data terms, residual densities, residual
+    shares -- at the public values the
     real :class:`~fdp_flower.algorithms.fdp_admm.newton_protocol.NewtonServer` names from the transcript so far
     (:meth:`~fdp_flower.algorithms.fdp_admm.newton_protocol.NewtonServer.request_values`; the public state is a
     copy of that server, advanced by its own step, ``apply``, on every party's release).
@@ -403,6 +404,8 @@ class NewtonAuditProtocol(_ScheduledKinds, FDPADMMProtocol):
             return np.array([2.0 * h * N.residual_density(data.features, data.response, values["point"], h)]), None
         if kind == N.SHARE:
             return np.array([N.residual_share(data.features, data.response, values["point"])]), None
+        if kind == N.MOMENTS:
+            return N.second_moments(data.features), None
         raise ValueError(f"step {step}: a {kind} release is not private (the audit needs privacy on)")
 
     def calibration(self, step):

@@ -47,6 +47,17 @@ class InferenceRecord:
     failure: str = ""
 
 
+def check_inferable(model) -> None:
+    """Refuse (one line, before any release) a private fit whose estimator the bands do not model: the Newton rule
+    (docs/algorithms.md section 1.3) -- the bands' privacy part is the ADMM rule's noise recursion (eq. (9.4)).
+    Privacy off, the Newton rule ends at the exact estimator, whose sandwich the band is."""
+    from fdp_flower.algorithms.fdp_admm.plan import newton_rule
+
+    if model.privacy.private and newton_rule(model.scenario):
+        raise ValueError("inference: the private bands model the ADMM rule's noise recursion; this fit ran the Newton "
+                         "rule, whose releases they do not describe: fit with rule='admm' to infer")
+
+
 def run_inference(model, parts: Sequence[tuple[np.ndarray, np.ndarray]], *, eps_total: float | None,
                   shares: Sequence[float] = RELEASE_SHARES) -> InferenceRecord:
     """Every site's inference releases at ``model.w`` and the server's aggregate.
@@ -57,6 +68,7 @@ def run_inference(model, parts: Sequence[tuple[np.ndarray, np.ndarray]], *, eps_
     other site spending less.  A non-private model (``model.privacy.private`` False) releases without noise
     and needs no ``eps_total``.
     """
+    check_inferable(model)
     sc = model.scenario
     sizes = tuple(int(m) for m in model.sample_sizes)
     if len(parts) != len(sizes) or any(np.shape(y)[0] != m for (_, y), m in zip(parts, sizes)):

@@ -64,6 +64,9 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: - ``fdp_newton_quartile_shares``, ``fdp_newton_residual_density``, ``fdp_newton_residual_share``: the Newton
 #:   rule's shares of responses below 6 named thresholds (sqrt(6)/m), residual density
 #:   (1/m) #{|r| <= h} / (2h) (1/(2hm)) and share of residuals below 0 (1/m): means of terms in [0, B];
+#: - ``fdp_newton_second_moments``: the Newton rule's second moments (1/m) sum_j a_j a_j^T of the clipped rows on a
+#:   fixed basis, sqrt(2) c1^2 / m: the terms are PSD of Frobenius norm <= c1^2, so ||g(d) - q(D')||_F^2 =
+#:   ||a||^4 + ||q||^2 - 2 a^T q a <= 2 c1^4 for the removal too;
 #: - ``fpca_covariance``: the federated FPCA second-moment matrix and mean: as recorded;
 #: - ``clipped_rows_count``: a count of records (not a mean), which one replaced, added or removed
 #:   record changes by at most 1: sensitivity 1 under both relations;
@@ -76,6 +79,7 @@ NEIGHBOURING_FACTORS: dict[str, float] = {
     "fdp_newton_quartile_shares": 1.0,
     "fdp_newton_residual_density": 1.0,
     "fdp_newton_residual_share": 1.0,
+    "fdp_newton_second_moments": 1.0,
     "fdp_admm_subgradient": 1.0,
     "fdp_admm_primal": 1.0,
     "p2p_subgradient": 1.0,

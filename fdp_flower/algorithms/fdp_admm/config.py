@@ -232,7 +232,9 @@ def default_rule(data: dict[str, Any]) -> str:
     Newton rule -- the quantile loss; privacy off (any basis: one without score variances gets a second-moments
     round), or one total budget with ``privacy.trust: site`` and a basis that publishes score variances
     (``pooled``, ``federated_dp``, or a ``provided`` file with ``eigenvalues``, e.g. an FPCA of a public pilot
-    sample; only the names of its members are read); no failure injection; none of
+    sample; only the names of its members are read; a private run on a basis without them gets the Newton rule
+    only by name: its noised second moments measured worse than the ADMM rule on the paper's design,
+    benchmarks/results/estimates/fit_private_rounds.md); no failure injection; none of
     :data:`ADMM_ONLY_FIELDS` set; enough rounds for its schedule
     (:func:`~fdp_flower.algorithms.fdp_admm.newton.schedule_kinds`) -- else ``admm`` (the paper's rule, and every
     per-round scenario).  Reads the scenario only, never data."""
@@ -243,7 +245,7 @@ def default_rule(data: dict[str, Any]) -> str:
     enabled = _field(privacy, "enabled", True)
     failure_rate = _field(_section(data, "faults"), "failure_rate", 0.0)
     moments = not _score_variances(_section(data, "basis"))
-    if moments and enabled is not False:
+    if moments and enabled is not False:  # a private second-moments metric is asked for by name (rule: newton)
         return "admm"
     if _field(loss, "kind", "quantile") != "quantile":
         return "admm"
@@ -399,8 +401,9 @@ class Scenario(_Frozen):
     @model_validator(mode="after")
     def _newton_needs(self):
         """What the Newton rule needs, each refused in one line: a quantile loss, one total budget (its releases
-        split one mu^2), the site trust mode, a basis with score variances (its public metric), the last-iterate
-        estimator and no residual stop (the schedule is fixed)."""
+        split one mu^2), the site trust mode, with privacy on a basis without score variances the sphere clip (its
+        second-moments release's sensitivity), the last-iterate estimator and no residual stop (the schedule is
+        fixed)."""
         a = self.algorithm
         if getattr(a, "rule", "admm") != "newton":
             return self
@@ -412,11 +415,10 @@ class Scenario(_Frozen):
                              "'total' (or rule 'admm' for a per-round guarantee)")
         if p.enabled and p.trust != "site":
             raise ValueError(f"algorithm.rule 'newton' runs with privacy.trust 'site' only (got {p.trust!r})")
-        moments = not p.enabled and not _score_variances(self.basis)
-        if p.enabled and isinstance(self.basis, FixedBasis):
-            raise ValueError("algorithm.rule 'newton' with privacy steps in the metric of the basis's score variances; "
-                             "a fixed basis has none (use basis kind 'pooled', 'federated_dp' or 'provided' with "
-                             "eigenvalues)")
+        moments = not _score_variances(self.basis)
+        if moments and p.enabled and self.model.clip_shape != "sphere":
+            raise ValueError("algorithm.rule 'newton' on a basis without score variances releases the rows' second "
+                             "moments, whose sensitivity needs model.clip_shape 'sphere'")
         from fdp_flower.algorithms.fdp_admm.newton import schedule_kinds
 
         schedule_kinds(a.rounds, intercept=self.model.intercept, bounds=a.response_bounds is not None,

@@ -15,9 +15,12 @@ threshold the server names; the server does everything else.  One run is a fixed
    2 asinh(Y) / 7^R relative to max(|y|, 1) (7-ary splits while both quartiles share one bracket;
    :func:`unbounded_resolution`).  Without privacy and without
    bounds the first round releases each site's (min, max) instead (refused with privacy), then 5 rounds;
-   without privacy and with a basis that publishes no score variances (a fixed basis) one more round releases
-   each site's second moments (1/m_i) sum_j a_ij a_ij^T (refused with privacy), and the metric below is the
-   full matrix f G, G their mean over the sites (N.1'; :class:`MomentMetric`);
+   with a basis that publishes no score variances (a fixed basis) one more round releases each site's second
+   moments (1/m_i) sum_j a_ij a_ij^T of its clipped rows, and the metric below is the full matrix f G, G their
+   mean over the sites (N.1'; :class:`MomentMetric`).  With privacy the (d * d) release gets N(0, sigma^2) in
+   every entry, sensitivity sqrt(2) c1^2 / m_i (||a a^T - b b^T||_F^2 = ||a||^4 + ||b||^4 - 2 (a.b)^2 <= 2 c1^4
+   for rows of norm <= c1), a share of mu^2 of its own (:func:`budget_shares`); the server symmetrizes the mean,
+   puts back the public c0^2 and floors its eigenvalues at the noise's spectral edge (:func:`floor_moments`);
 2. **the fit** on (y - location) / scale: the data term (1.3) at the point the server names (the same
    release as the ADMM rule's, sensitivity 2 G / m_i), and twice the residual density
    (1/m_i) #{|y_ij - a_ij.x| <= h} / (2 h) (sensitivity 1 / (2 h m_i)).  The server takes Newton steps in
@@ -47,8 +50,9 @@ import numpy as np
 #: the release kinds of the schedule, in the order a run asks for them (RESIDUAL_QUARTILES: the ADMM rule's level
 #: calibration, :func:`level_schedule`)
 RANGE, QUARTILES, TERM, DENSITY, SHARE = "range", "quartiles", "term", "density", "share"
-#: privacy off with a basis that publishes no score variances (a fixed basis): each site's second moments of its
-#: feature rows, (1/m_i) sum_j a_ij a_ij^T (refused with privacy on), the metric of the Newton steps (N.1')
+#: a basis that publishes no score variances (a fixed basis): each site's second moments of its clipped feature
+#: rows, (1/m_i) sum_j a_ij a_ij^T (with privacy: noised, sensitivity sqrt(2) c1^2 / m_i), the metric of the
+#: Newton steps (N.1')
 MOMENTS = "moments"
 RESIDUAL_QUARTILES = "residual_quartiles"
 #: quartile-search levels, thresholds per level and round, and the six rounds' shares of the phase's budget
@@ -78,27 +82,37 @@ LEVEL_KINDS = (RESIDUAL_QUARTILES,) * UNBOUNDED_LOCATION_ROUNDS + (SHARE,) * CAL
 
 @dataclass(frozen=True)
 class BudgetShares:
-    """Shares of the run's mu^2 spent by the location/scale search, the densities and the intercept
-    calibration (the fit's data terms take the rest)."""
+    """Shares of the run's mu^2 spent by the location/scale search, the densities, the intercept
+    calibration and the second moments of a fixed basis (the fit's data terms take the rest)."""
 
     location_scale: float
     density: float
     calibration: float
+    moments: float = 0.0
 
     @property
     def fit(self) -> float:
-        return 1.0 - self.location_scale - self.density - self.calibration
+        return 1.0 - self.location_scale - self.density - self.calibration - self.moments
 
 
-def budget_shares(total_records: float, mu: float, *, intercept: bool, location_scale: bool) -> BudgetShares:
+#: the second-moments release's share of mu^2 (:func:`budget_shares`), the same at every n and eps: its noise edge
+#: floors the metric (:func:`floor_moments`), and both that edge and the data terms' noise fall like 1 / (n mu), so
+#: a fixed share keeps the floor a fixed multiple of the fit's noise (chosen on design seeds 0-4 among 3% and 10%)
+MOMENTS_SHARE = 0.03
+
+
+def budget_shares(total_records: float, mu: float, *, intercept: bool, location_scale: bool,
+                  moments: bool = False) -> BudgetShares:
     """The auxiliary releases' shares of mu^2 for n = ``total_records`` at budget ``mu``: their noise relative to
     what they estimate falls like 1 / (n mu sqrt(share)), so the shares that suffice at n = 2500, eps = 1
     (mu = 0.268 at delta 1e-5: location/scale 8%, densities 2%, calibration 10%) shrink like
-    (2500 x 0.268 / (n mu))^2 down to floors of 1%, 0.5% and 2%.  A function of public values only."""
+    (2500 x 0.268 / (n mu))^2 down to floors of 1%, 0.5% and 2%; a fixed basis's second moments take
+    :data:`MOMENTS_SHARE` at every n.  A function of public values only."""
     factor = min(1.0, (2500.0 * 0.268 / (float(total_records) * float(mu))) ** 2)
     return BudgetShares(location_scale=max(0.01, 0.08 * factor) if location_scale else 0.0,
                         density=max(0.005, 0.02 * factor),
-                        calibration=max(0.02, 0.1 * factor) if intercept else 0.0)
+                        calibration=max(0.02, 0.1 * factor) if intercept else 0.0,
+                        moments=MOMENTS_SHARE if moments else 0.0)
 
 
 @dataclass(frozen=True)
@@ -132,11 +146,8 @@ def schedule_kinds(rounds: int, *, intercept: bool, bounds: bool, private: bool,
     quartile rounds with declared bounds; without privacy and bounds a (min, max) round then 5 quartile
     rounds; with privacy and no bounds :data:`UNBOUNDED_LOCATION_ROUNDS` warped quartile rounds), the fit's
     term rounds with a density after term rounds 4 and 9, and 5 calibration rounds with an intercept.
-    ``moments`` (privacy off only): a second-moments round before the fit, for a basis without score variances.
+    ``moments``: a second-moments round before the fit, for a basis without score variances.
     ``rounds`` must leave the fit at least 12 term rounds."""
-    if moments and private:
-        raise ValueError("the second-moments release of the Newton rule runs without privacy only: with privacy "
-                         "the rule needs a basis with score variances")
     if bounds:
         location = [QUARTILES] * LOCATION_ROUNDS
     elif private:
@@ -166,7 +177,8 @@ def newton_schedule(rounds: int, *, mu: float | None, total_records: float, inte
     kinds = schedule_kinds(rounds, intercept=intercept, bounds=bounds, private=mu is not None, moments=moments)
     if mu is None:
         return NewtonSchedule(kinds, None)
-    shares = budget_shares(total_records, mu, intercept=intercept, location_scale=QUARTILES in kinds)
+    shares = budget_shares(total_records, mu, intercept=intercept, location_scale=QUARTILES in kinds,
+                           moments=MOMENTS in kinds)
     round_shares = UNBOUNDED_QUARTILE_ROUND_SHARES if not bounds else QUARTILE_ROUND_SHARES
     quartile_shares = np.asarray(round_shares[:kinds.count(QUARTILES)], float)
     quartile_shares = quartile_shares / quartile_shares.sum()
@@ -182,6 +194,8 @@ def newton_schedule(rounds: int, *, mu: float | None, total_records: float, inte
             share, t = shares.fit * term_shares[t], t + 1
         elif kind == DENSITY:
             share = shares.density / len(DENSITY_AFTER)
+        elif kind == MOMENTS:
+            share = shares.moments
         else:
             share = shares.calibration / CALIBRATION_ROUNDS
         out.append(1.0 / (mu * math.sqrt(share)))
@@ -219,9 +233,11 @@ def residual_quartile_shares(features: np.ndarray, response: np.ndarray, point: 
 
 
 #: l2 sensitivity of each kind's release in units of 1 / m_i (density: also / (2 h); term: times 2 G)
-def release_sensitivity(kind: str, m: float, *, gradient_bound: float = 1.0, bandwidth: float | None = None) -> float:
+def release_sensitivity(kind: str, m: float, *, gradient_bound: float = 1.0, bandwidth: float | None = None,
+                        row_bound: float | None = None) -> float:
     """The replace-one l2 sensitivity of one release of ``kind`` by a site of m records: quartile shares
-    sqrt(6) / m, the data term 2 G / m (in the noise metric), the density 1 / (2 h m), a share 1 / m."""
+    sqrt(6) / m, the data term 2 G / m (in the noise metric), the density 1 / (2 h m), a share 1 / m, the second
+    moments sqrt(2) c1^2 / m for rows of norm <= c1 = ``row_bound`` (the Frobenius norm of a a^T - b b^T)."""
     if kind in (QUARTILES, RESIDUAL_QUARTILES):
         return math.sqrt(len(LEVELS) * THRESHOLDS_PER_LEVEL) / m
     if kind == TERM:
@@ -230,6 +246,10 @@ def release_sensitivity(kind: str, m: float, *, gradient_bound: float = 1.0, ban
         return 1.0 / (2.0 * float(bandwidth) * m)
     if kind == SHARE:
         return 1.0 / m
+    if kind == MOMENTS:
+        if row_bound is None:
+            raise ValueError("the second-moments release's sensitivity needs the rows' norm bound c1")
+        return math.sqrt(2.0) * float(row_bound) ** 2 / m
     raise ValueError(f"release kind {kind!r} has no noise (privacy off only)")
 
 
@@ -240,8 +260,7 @@ def quartile_shares(response: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 
 def second_moments(features: np.ndarray) -> np.ndarray:
-    """(d * d,) the site's (1/m) sum_j a_j a_j^T of its feature rows, flattened (the MOMENTS release, privacy
-    off only)."""
+    """(d * d,) the site's (1/m) sum_j a_j a_j^T of its feature rows, flattened (the MOMENTS release)."""
     features = np.asarray(features, float)
     return (features.T @ features / max(len(features), 1)).ravel()
 
@@ -411,12 +430,61 @@ class MomentMetric:
 def averaged_noise_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
                             diagonal: np.ndarray) -> np.ndarray:
     """(d,) variance of H^-1 times the mean, over the averaged rounds, of the site-averaged release noise:
-    the noise left in the dual average (public: z_l, m_i, G, S and the server's H)."""
+    the noise left in the dual average (public: z_l, m_i, G, S and the server's H).  ``diagonal``: H's diagonal
+    (:class:`PublicMetric`), or the full (d, d) H (:class:`MomentMetric`: the diagonal of H^-1 diag(V) H^-1)."""
     sizes = np.asarray(sizes, float)
     z = np.asarray(multipliers, float)
     per_site = (2.0 * gradient_bound / sizes) ** 2
     per_round = np.outer(z**2, np.asarray(noise_shape, float) ** 2) * per_site.sum() / len(sizes) ** 2
-    return per_round.sum(axis=0) / len(z) ** 2 / np.asarray(diagonal, float) ** 2
+    variance = per_round.sum(axis=0) / len(z) ** 2
+    h = np.asarray(diagonal, float)
+    if h.ndim == 2:
+        return np.diag(averaged_noise_covariance(multipliers, sizes, gradient_bound, noise_shape, h)).copy()
+    return variance / h**2
+
+
+def averaged_noise_covariance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
+                              matrix: np.ndarray) -> np.ndarray:
+    """(d, d) covariance H^-1 diag(V) H^-1 of H^-1 times the averaged release noise (V its per-coordinate
+    variance, as in :func:`averaged_noise_variance`) for the full metric H = ``matrix`` (:class:`MomentMetric`)."""
+    sizes = np.asarray(sizes, float)
+    z = np.asarray(multipliers, float)
+    per_site = (2.0 * gradient_bound / sizes) ** 2
+    variance = float(np.sum(z**2)) * np.asarray(noise_shape, float) ** 2 * per_site.sum() / len(sizes) ** 2
+    variance = variance / len(z) ** 2
+    inverse = np.linalg.inv(np.asarray(matrix, float))
+    return (inverse * variance) @ inverse.T
+
+
+def eb_shrinkage_rotated(x: np.ndarray, noise_covariance: np.ndarray, moments: np.ndarray) -> np.ndarray:
+    """The empirical-Bayes shrinkage (N.3) of ``x`` whose noise has a full ``noise_covariance`` (the moment metric):
+    in the eigenbasis U of that covariance the noise coordinates are independent with variances its eigenvalues,
+    the prior's second moments there are diag(U^T G U) (G = ``moments``), and :func:`eb_shrinkage` shrinks each;
+    returns the shrunk x in the original coordinates.  Post-processing."""
+    variance, vectors = np.linalg.eigh(np.asarray(noise_covariance, float))
+    u = vectors.T @ np.asarray(x, float)
+    prior = np.maximum(np.einsum("jk,jl,lk->k", vectors, np.asarray(moments, float), vectors), 1e-300)
+    return vectors @ (eb_shrinkage(u, np.maximum(variance, 1e-300), prior) * u)
+
+
+def floor_moments(mean: np.ndarray, noise_sd: float, *, c0: float | None = None, tau: float = 0.5) -> np.ndarray:
+    """G from the sites' mean noisy second moments (privacy on, N.1'): symmetrized (the off-diagonal noise sd
+    becomes s / sqrt 2 for entry sd s = ``noise_sd`` of the mean), the public c0^2 put back in the intercept's
+    corner (``c0``; None without an intercept), and its eigenvalues floored at the symmetrized noise's spectral
+    edge sqrt(2 d) s (a Wigner matrix of off-diagonal variance s^2 / 2 fills [-2 sqrt(d s^2 / 2), +...]): an
+    eigenvalue below it cannot be told from noise, and the floor keeps the Newton steps from growing along it.
+    At level ``tau`` the floor is that edge times phi(0) / phi(Phi^-1(tau)): the Newton step divides the noisy
+    gradient by f G with f ~ phi(Phi^-1(tau)), so along a floored direction the step's noise stays at the
+    median's level whatever tau (the tails' weak directions move slower instead of noisier).
+    Post-processing of the releases."""
+    d = mean.shape[0]
+    g = (np.asarray(mean, float) + np.asarray(mean, float).T) / 2.0
+    if c0 is not None:
+        g[0, 0] = float(c0) ** 2
+    values, vectors = np.linalg.eigh(g)
+    edge = math.sqrt(2.0 * d) * float(noise_sd) * normal_density_at_quantile(0.5) / normal_density_at_quantile(tau)
+    floor = max(edge, 1e-12 * max(float(np.max(np.abs(values))), 1e-300))
+    return (vectors * np.maximum(values, floor)) @ vectors.T
 
 
 def eb_shrinkage(x: np.ndarray, noise_var: np.ndarray, moments: np.ndarray) -> np.ndarray:

@@ -60,8 +60,8 @@ class NewtonServer(FDPADMMServer):
         self.free = int(m.intercept)
         self.c0 = m.intercept_share * m.clip_c1 if m.intercept else 1.0
         eig = basis.eigenvalues
-        #: privacy off on a basis without score variances: the metric is the sites' released second moments
-        #: (a MOMENTS round, N.1'), a (d, d) matrix once released
+        #: a basis without score variances: the metric is the sites' released second moments (a MOMENTS round,
+        #: N.1'; noised with privacy), a (d, d) matrix once released
         self.moment_metric = N.MOMENTS in self.schedule.kinds
         if self.moment_metric:
             self.moments = None
@@ -177,7 +177,7 @@ class NewtonServer(FDPADMMServer):
     def planned_release(self, round_: int, client: int, m: float | None = None):
         m = self.sizes[client] if m is None else m
         kind = self.schedule.kind(round_)
-        if kind in (N.RANGE, N.MOMENTS):
+        if kind == N.RANGE:
             return None
         return newton_release_event(kind, int(client), int(round_), float(m), self.calibration,
                                     self._bandwidth if kind == N.DENSITY else None)
@@ -272,10 +272,17 @@ class NewtonServer(FDPADMMServer):
 
     def _moments(self, round_: int, values: dict) -> None:
         """The metric's G (N.1'): the mean over the sites of their released second moments, symmetrized -- the
-        gradient is the mean of the sites' terms, so its curvature is f G.  A singular G (a coordinate no row
-        spans) stops the run in one line."""
+        gradient is the mean of the sites' terms, so its curvature is f G.  With privacy: the public c0^2 in the
+        intercept's corner and the eigenvalues floored at the noise's spectral edge (:func:`N.floor_moments`, from
+        the planned sigmas of the sites that replied).  A singular G without privacy (a coordinate no row spans)
+        stops the run in one line."""
         d = self.dim
         mean = np.mean([np.asarray(v, float).reshape(d, d) for v in values.values()], axis=0)
+        if self.scenario.privacy.enabled:
+            sigmas = np.array([self.planned_release(round_, i).sigma for i in values])
+            self.moments = N.floor_moments(mean, float(np.sqrt(np.sum(sigmas**2))) / len(values),
+                                           c0=self.c0 if self.free else None, tau=self.tau)
+            return
         mean = (mean + mean.T) / 2.0
         if np.linalg.eigvalsh(mean)[0] <= 1e-12 * max(float(np.trace(mean)), 1e-300):
             raise ValueError("the sites' feature rows do not span every coordinate (their second-moment matrix is "
@@ -327,7 +334,15 @@ class NewtonServer(FDPADMMServer):
         """prox_H(mean of the averaged one-shot Newton estimates), shrunk by empirical Bayes (privacy on), in
         the fit's units (N.2)-(N.3)."""
         estimate = self.metric.prox(self.v_sum / max(self.v_count, 1)) if self.v_count else self.x
-        if self.averaged_z:
+        if self.averaged_z and self.moment_metric:
+            # the full metric's noise is correlated: shrink the slopes in the eigenbasis of their noise covariance
+            covariance = N.averaged_noise_covariance(self.averaged_z, self.sizes, self.calibration.gradient_bound,
+                                                     self.noise_shape, self.metric.matrix / self.metric.step)
+            slopes = slice(self.free, None)
+            estimate = estimate.copy()
+            estimate[slopes] = N.eb_shrinkage_rotated(estimate[slopes], covariance[slopes, slopes],
+                                                      self.moments[slopes, slopes])
+        elif self.averaged_z:
             variance = N.averaged_noise_variance(self.averaged_z, self.sizes, self.calibration.gradient_bound,
                                                  self.noise_shape, self.metric.diagonal / self.metric.step)
             factor = np.ones(self.dim)

@@ -265,8 +265,8 @@ def newton_plan(scenario: Scenario, basis: FunctionalBasis, total_records: float
     """The Newton rule's public schedule (:func:`fdp_flower.algorithms.fdp_admm.newton.newton_schedule`): its
     mu^2 is the ADMM plan's sum_l z_l^-2 for the same ``algorithm.rounds`` and budget (the total budget net of
     a private basis phase), so the run spends exactly what the ADMM rule would; ``total_records`` n = sum m_i
-    sets the auxiliary releases' shares (public).  Privacy off on a basis without score variances, the schedule
-    has a second-moments round (the metric's matrix)."""
+    sets the auxiliary releases' shares (public).  On a basis without score variances the schedule has a
+    second-moments round (the metric's matrix; noised with privacy)."""
     from fdp_flower.algorithms.fdp_admm.newton import newton_schedule
 
     z = noise_plan(scenario, basis).noise_multipliers
@@ -274,7 +274,7 @@ def newton_plan(scenario: Scenario, basis: FunctionalBasis, total_records: float
     a = scenario.algorithm
     return newton_schedule(a.rounds, mu=mu, total_records=float(total_records),
                            intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None,
-                           moments=mu is None and basis.eigenvalues is None)
+                           moments=basis.eigenvalues is None)
 
 
 def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None, total_records: float | None = None):
@@ -286,7 +286,8 @@ def site_plan(scenario: Scenario, basis: FunctionalBasis, sizes=None, total_reco
 
     plan = noise_plan(scenario, basis)
     site = SitePlan(loss=build_objective(scenario).loss, gradient_bound=plan.gradient_bound,
-                    scales=noise_scales(scenario, basis), noise_multipliers=plan.noise_multipliers, dim=plan.dim)
+                    scales=noise_scales(scenario, basis), noise_multipliers=plan.noise_multipliers, dim=plan.dim,
+                    row_bound=float(scenario.model.clip_c1) if scenario.model.clip_shape == "sphere" else None)
     if newton_rule(scenario):
         if total_records is None:
             total_records = float(np.sum(sizes)) if sizes is not None else float(np.sum(partition_sizes(scenario)))

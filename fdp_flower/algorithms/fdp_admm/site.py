@@ -197,6 +197,9 @@ class SitePlan:
     #: ``algorithm.rule: newton``: the public schedule of release kinds and multipliers (the term rounds'
     #: multipliers are also ``noise_multipliers``); None for the ADMM rule
     schedule: object | None = None
+    #: c1 with ||a_j|| <= c1 for every clipped row (the sphere clip; None for the ellipsoid): the sensitivity
+    #: sqrt(2) c1^2 / m_i of the Newton rule's second-moments release on a fixed basis
+    row_bound: float | None = None
 
     @property
     def private(self) -> bool:
@@ -361,7 +364,8 @@ def _aggregated_release(client: int, round_: int, whitened: np.ndarray, m: float
 
 #: The ledger mechanisms of the Newton rule's releases other than the data term (docs/privacy.md)
 NEWTON_MECHANISMS = {"quartiles": "fdp_newton_quartile_shares", "density": "fdp_newton_residual_density",
-                     "share": "fdp_newton_residual_share", "residual_quartiles": "fdp_level_residual_quartile_shares"}
+                     "share": "fdp_newton_residual_share", "residual_quartiles": "fdp_level_residual_quartile_shares",
+                     "moments": "fdp_newton_second_moments"}
 #: the public values each release kind of the Newton rule names, and nothing else
 _NEWTON_KEYS = {"range": set(), "moments": set(), "quartiles": {"thresholds"}, "density": {"point", "bandwidth"}, "share": {"point"},
                 "term": {"point"}, "residual_quartiles": {"point", "thresholds"}}
@@ -380,7 +384,9 @@ def newton_release_event(kind: str, client: int, round_: int, m: float, plan: Si
     if kind == "term":
         sensitivity = 2.0 * plan.gradient_bound / float(m)
         return term_release(client, round_, sensitivity, z * sensitivity)
-    sensitivity = release_sensitivity(kind, float(m), bandwidth=bandwidth)
+    if kind == "moments" and plan.row_bound is None:
+        raise ValueError("a second-moments release needs the sphere clip (its rows' norm bound c1)")
+    sensitivity = release_sensitivity(kind, float(m), bandwidth=bandwidth, row_bound=plan.row_bound)
     return GaussianRelease(int(client), int(round_), float(sensitivity), float(z * sensitivity),
                            mechanism=NEWTON_MECHANISMS[kind])
 
@@ -416,12 +422,8 @@ def _answer_newton(requests: Sequence[SiteRequest], data: SiteData, plan: SitePl
                                        {"sensitivity": 0.0, "sigma": 0.0}))
                 continue
             if kind == N.MOMENTS:
-                if plan.private:
-                    raise ValueError("a second-moments release (of the feature rows) is refused with privacy on")
-                out.append(SiteRelease(client, round_, N.second_moments(features), m, None,
-                                       {"sensitivity": 0.0, "sigma": 0.0}))
-                continue
-            if kind in (N.QUARTILES, N.RESIDUAL_QUARTILES):
+                value = N.second_moments(features)
+            elif kind in (N.QUARTILES, N.RESIDUAL_QUARTILES):
                 thresholds = check_public("thresholds", request.public["thresholds"],
                                           (len(N.LEVELS) * N.THRESHOLDS_PER_LEVEL,))
                 if kind == N.QUARTILES:
