@@ -119,28 +119,20 @@ class LevelledADMMServer(FDPADMMServer):
     # ------------------------------------------------------------------ checkpoints
     _SCALARS = ("location", "scale", "offset", "residual_scale")
     _ARRAYS = ("brackets", "base")
+    _LISTS = ("intercepts",)
 
     def checkpoint_state(self) -> dict:
         """The server's own state (public post-processing of the releases so far), as JSON: the search, the ADMM
         iterates in standardized units and the calibration."""
-        out: dict = {"rule": "admm_levels", "intercepts": [float(v) for v in self.intercepts],
-                     "admm": {k: np.asarray(v, float).tolist() for k, v in self.admm.to_arrays().items()}}
-        out.update({k: getattr(self, k) for k in self._SCALARS})
-        out.update({k: None if getattr(self, k) is None else np.asarray(getattr(self, k), float).tolist()
-                    for k in self._ARRAYS})
-        return out
+        return {"rule": "admm_levels", **self._dump_fields(),
+                "admm": {k: np.asarray(v, float).tolist() for k, v in self.admm.to_arrays().items()}}
 
     def resume(self, state, ledger_releases, history, failures, server_state: dict | None = None) -> None:
         if not isinstance(server_state, dict) or server_state.get("rule") != "admm_levels":
             raise ValueError("this checkpoint has no state of the ADMM rule's location/scale search and level "
                              "calibration (written by a version without it); start the run again")
         try:
-            for k in self._SCALARS:
-                setattr(self, k, None if server_state[k] is None else float(server_state[k]))
-            for k in self._ARRAYS:
-                value = server_state[k]
-                setattr(self, k, None if value is None else np.asarray(value, dtype=float))
-            self.intercepts = [float(v) for v in server_state["intercepts"]]
+            self._load_fields(server_state)
             arrays = {k: np.asarray(v, dtype=float) for k, v in server_state["admm"].items()}
             arrays["round"], arrays["tail_start"] = int(arrays["round"]), int(arrays["tail_start"])
             self.admm = FDPADMMState.from_arrays(arrays)

@@ -135,11 +135,7 @@ class NewtonServer(FDPADMMServer):
         """Everything :meth:`_close` carries between rounds beyond :class:`FDPADMMState` (public post-processing
         of the releases so far), as JSON: brackets, location/scale, curvature, the dual average, the pending
         gradient, the released model, the calibration's intercepts and the current metric."""
-        out: dict = {"rule": "newton"}
-        out.update({k: getattr(self, k) for k in self._SCALARS})
-        out.update({k: None if getattr(self, k) is None else np.asarray(getattr(self, k), float).tolist()
-                    for k in self._ARRAYS})
-        out.update({k: [float(v) for v in getattr(self, k)] for k in self._LISTS})
+        out: dict = {"rule": "newton", **self._dump_fields()}
         m = self.metric
         if m is None:
             out["metric"] = None
@@ -154,13 +150,7 @@ class NewtonServer(FDPADMMServer):
             raise ValueError("this checkpoint has no Newton-rule server state (written by a version that could not "
                              "resume algorithm.rule 'newton'); start the run again")
         try:
-            for k in self._SCALARS:
-                setattr(self, k, server_state[k])
-            for k in self._ARRAYS:
-                value = server_state[k]
-                setattr(self, k, None if value is None else np.asarray(value, dtype=float))
-            for k in self._LISTS:
-                setattr(self, k, [float(v) for v in server_state[k]])
+            self._load_fields(server_state)
             m = server_state["metric"]
             if m is None:
                 self.metric = None

@@ -196,6 +196,31 @@ class FDPADMMServer(ServerProtocol):
         """The rule's state beyond :class:`FDPADMMState` a checkpoint must keep (JSON): none under the ADMM rule."""
         return None
 
+    #: a scheduled server's own fields a checkpoint keeps (:meth:`_dump_fields`): numbers (or None) as they are,
+    #: arrays (or None) as nested lists, lists of floats
+    _SCALARS: tuple[str, ...] = ()
+    _ARRAYS: tuple[str, ...] = ()
+    _LISTS: tuple[str, ...] = ()
+
+    def _dump_fields(self) -> dict:
+        """The fields named by :attr:`_SCALARS`, :attr:`_ARRAYS` and :attr:`_LISTS` as JSON (each round-trips
+        exactly)."""
+        out = {k: getattr(self, k) for k in self._SCALARS}
+        out.update({k: None if getattr(self, k) is None else np.asarray(getattr(self, k), float).tolist()
+                    for k in self._ARRAYS})
+        out.update({k: [float(v) for v in getattr(self, k)] for k in self._LISTS})
+        return out
+
+    def _load_fields(self, server_state: dict) -> None:
+        """Set the fields :meth:`_dump_fields` wrote (KeyError / TypeError / ValueError for a state without them)."""
+        for k in self._SCALARS:
+            setattr(self, k, server_state[k])
+        for k in self._ARRAYS:
+            value = server_state[k]
+            setattr(self, k, None if value is None else np.asarray(value, dtype=float))
+        for k in self._LISTS:
+            setattr(self, k, [float(v) for v in server_state[k]])
+
     def resume(self, state: FDPADMMState, ledger_releases, history, failures, server_state: dict | None = None
                ) -> None:
         """Continue after ``state.round`` with the run's ledger, history and failures restored (``server_state``:
