@@ -427,31 +427,31 @@ class MomentMetric:
         return x
 
 
+def _averaged_release_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray) -> np.ndarray:
+    """(d,) variance V of the mean, over the averaged rounds, of the site-averaged release noise: z_l^2 (2 G / m_i)^2
+    S^2 summed over the sites / M^2, summed over the rounds / L^2 (public)."""
+    sizes = np.asarray(sizes, float)
+    z = np.asarray(multipliers, float)
+    per_site = (2.0 * gradient_bound / sizes) ** 2
+    return float(np.sum(z**2)) * np.asarray(noise_shape, float) ** 2 * per_site.sum() / len(sizes) ** 2 / len(z) ** 2
+
+
 def averaged_noise_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
                             diagonal: np.ndarray) -> np.ndarray:
     """(d,) variance of H^-1 times the mean, over the averaged rounds, of the site-averaged release noise:
     the noise left in the dual average (public: z_l, m_i, G, S and the server's H).  ``diagonal``: H's diagonal
     (:class:`PublicMetric`), or the full (d, d) H (:class:`MomentMetric`: the diagonal of H^-1 diag(V) H^-1)."""
-    sizes = np.asarray(sizes, float)
-    z = np.asarray(multipliers, float)
-    per_site = (2.0 * gradient_bound / sizes) ** 2
-    per_round = np.outer(z**2, np.asarray(noise_shape, float) ** 2) * per_site.sum() / len(sizes) ** 2
-    variance = per_round.sum(axis=0) / len(z) ** 2
     h = np.asarray(diagonal, float)
     if h.ndim == 2:
         return np.diag(averaged_noise_covariance(multipliers, sizes, gradient_bound, noise_shape, h)).copy()
-    return variance / h**2
+    return _averaged_release_variance(multipliers, sizes, gradient_bound, noise_shape) / h**2
 
 
 def averaged_noise_covariance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
                               matrix: np.ndarray) -> np.ndarray:
     """(d, d) covariance H^-1 diag(V) H^-1 of H^-1 times the averaged release noise (V its per-coordinate
     variance, as in :func:`averaged_noise_variance`) for the full metric H = ``matrix`` (:class:`MomentMetric`)."""
-    sizes = np.asarray(sizes, float)
-    z = np.asarray(multipliers, float)
-    per_site = (2.0 * gradient_bound / sizes) ** 2
-    variance = float(np.sum(z**2)) * np.asarray(noise_shape, float) ** 2 * per_site.sum() / len(sizes) ** 2
-    variance = variance / len(z) ** 2
+    variance = _averaged_release_variance(multipliers, sizes, gradient_bound, noise_shape)
     inverse = np.linalg.inv(np.asarray(matrix, float))
     return (inverse * variance) @ inverse.T
 
