@@ -65,8 +65,7 @@ WITHOUT_CALIBRATION = (P.PPGSettings(rounds=24, **FIT), P.Budget(location_scale=
 
 
 def check_loss(pred: np.ndarray, y: np.ndarray, tau: float) -> float:
-    r = y - pred
-    return float(np.mean(r * (tau - (r <= 0))))
+    return D.check_loss(y - pred, tau)
 
 
 def true_beta(design: str, grid: np.ndarray) -> np.ndarray:

@@ -97,3 +97,9 @@ def draw(design: str, seed: int, n: int, *, part: int = 0, **kw) -> Draw:
 def coverage(predicted: np.ndarray, response: np.ndarray) -> float:
     """Share of responses at or below the fitted quantile."""
     return float(np.mean(response <= predicted))
+
+
+def check_loss(residuals: np.ndarray, tau: float) -> float:
+    """Mean check loss rho_tau(r) = r (tau - 1{r < 0}) of held-out residuals r = y - fitted quantile."""
+    residuals = np.asarray(residuals, dtype=float)
+    return float(np.mean(residuals * (tau - (residuals < 0))))

@@ -30,10 +30,6 @@ CLIPS = {"sphere, c1 = 3 (fit's default)": {}, "ellipsoid, radius 4 (fdp-flower 
          {"clip": 4.0, "clip_shape": "ellipsoid"}}
 
 
-def check_loss(residuals: np.ndarray, tau: float) -> float:
-    return float(np.mean(residuals * (tau - (residuals < 0))))
-
-
 def run(seed: int, design: str) -> list[dict]:
     import fdp_flower
 
@@ -44,12 +40,12 @@ def run(seed: int, design: str) -> list[dict]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             off = fdp_flower.fit(tr.curves, tr.response, eps=None, **common)
-        loss_off = check_loss(te.response - off.predict(te.curves), tau)
+        loss_off = D.check_loss(te.response - off.predict(te.curves), tau)
         for clip, kwargs in CLIPS.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 m = fdp_flower.fit(tr.curves, tr.response, eps=1.0, **common, **kwargs)
-            loss = check_loss(te.response - m.predict(te.curves), tau)
+            loss = D.check_loss(te.response - m.predict(te.curves), tau)
             rows.append({"seed": seed, "design": design, "tau": tau, "clip": clip, "rule": m.scenario.algorithm.rule,
                          "share": D.coverage(m.predict(te.curves), te.response),
                          "excess": float(loss / loss_off - 1.0)})

@@ -50,10 +50,6 @@ PAPER_TAUS = (0.1, 0.5, 0.9)
 CALLS = {"fit defaults": {}, "rule='newton'": {"rule": "newton"}}
 
 
-def check_loss(residuals: np.ndarray, tau: float) -> float:
-    return float(np.mean(residuals * (tau - (residuals < 0))))
-
-
 def run(seed: int, designs) -> list[dict]:
     import fdp_flower
 
@@ -71,9 +67,9 @@ def run(seed: int, designs) -> list[dict]:
                     seconds = time.perf_counter() - started
                     exact = exact_model(m, data_dir) if exact is None else exact
                 beta = true_beta(design, tr.grid, tau)
-                loss_exact = check_loss(te.response - exact.predict(te.curves), tau)
-                loss_null = check_loss(te.response - np.quantile(tr.response, tau), tau)
-                loss = check_loss(te.response - m.predict(te.curves), tau)
+                loss_exact = D.check_loss(te.response - exact.predict(te.curves), tau)
+                loss_null = D.check_loss(te.response - np.quantile(tr.response, tau), tau)
+                loss = D.check_loss(te.response - m.predict(te.curves), tau)
                 row = {"seed": seed, "design": design, "tau": tau, "call": call,
                        "rule": m.scenario.algorithm.rule + (" + levels" if m.scenario.algorithm.level_calibration
                                                             else ""),
