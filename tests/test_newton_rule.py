@@ -270,6 +270,10 @@ def test_the_server_floors_the_noisy_second_moments_at_the_noise_edge():
     np.testing.assert_allclose(N.floor_moments(g, 1e-6), g, atol=1e-12)
     corner = N.floor_moments(g, 1e-6, c0=1.5)
     assert corner[0, 0] == pytest.approx(2.25, rel=1e-9)
+    # the projector onto the directions above the floor: the two clear eigenvalues of ``weak``, all of ``g``
+    np.testing.assert_allclose(N.above_floor_projector(np.diag([2.25, 1.0, 1e-4, 1e-4, 1e-4, 1e-4]), s),
+                               np.diag([1.0, 1.0, 0.0, 0.0, 0.0, 0.0]), atol=1e-12)
+    np.testing.assert_allclose(N.above_floor_projector(g, 1e-6), np.eye(d), atol=1e-12)
 
 
 def test_a_private_newton_fit_on_a_fixed_basis_runs_30_rounds_and_spends_its_budget(tmp_path):
@@ -485,19 +489,19 @@ def test_a_site_checks_the_named_total_records_which_moves_the_split_never_the_b
         assert np.sum(z ** -2.0) == pytest.approx(np.sum(splits[1] ** -2.0), rel=1e-12)
 
 
-@pytest.mark.parametrize("stop,bounds,private", [(3, (-50.0, 50.0), True), (10, (-50.0, 50.0), True),
-                                                 (27, (-50.0, 50.0), True), (5, None, True), (7, None, False),
-                                                 (12, None, False)],
-                         ids=["quartiles", "term_before_density", "calibrating", "warped_quartiles",
-                              "fixed_basis_moments", "fixed_basis_fit"])
-def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, stop, bounds, private):
+@pytest.mark.parametrize("stop,bounds,private,basis", [
+    (3, (-50.0, 50.0), True, None), (10, (-50.0, 50.0), True, None), (27, (-50.0, 50.0), True, None),
+    (5, None, True, None), (7, None, False, COSINE), (12, None, False, COSINE), (19, None, True, COSINE)],
+    ids=["quartiles", "term_before_density", "calibrating", "warped_quartiles", "fixed_basis_moments",
+         "fixed_basis_fit", "private_fixed_basis_averaging"])
+def test_an_interrupted_newton_run_resumes_to_the_uninterrupted_model(tmp_path, stop, bounds, private, basis):
     """Nothing lost: a run stopped after round ``stop`` keeps the Newton server's own state (brackets, curvature,
     dual average, pending gradient, calibration) in its checkpoint; resuming draws what the uninterrupted run
     draws and ends at its model, ledger and history exactly (also inside the search without bounds, whose
     brackets are in asinh(y)).  A checkpoint without that state is refused."""
     from fdp_flower.outputs.checkpoint import read_checkpoint, write_checkpoint
 
-    sc = scenario(bounds=bounds) if private else scenario(bounds=bounds, private=False, basis=COSINE)
+    sc = scenario(bounds=bounds, private=private, basis=basis)
     sc = parse_scenario({**sc.model_dump(mode="json"), "output": {"checkpoint_every": 1}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -427,13 +427,17 @@ class MomentMetric:
         return x
 
 
-def _averaged_release_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray) -> np.ndarray:
+def _averaged_release_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
+                               weights=None) -> np.ndarray:
     """(d,) variance V of the mean, over the averaged rounds, of the site-averaged release noise: z_l^2 (2 G / m_i)^2
-    S^2 summed over the sites / M^2, summed over the rounds / L^2 (public)."""
+    S^2 summed over the sites / M^2, summed over the rounds / L^2 (public); with ``weights`` w_l the weighted mean's,
+    sum_l w_l^2 z_l^2 (...) / (sum_l w_l)^2."""
     sizes = np.asarray(sizes, float)
     z = np.asarray(multipliers, float)
+    w = np.ones_like(z) if weights is None else np.asarray(weights, float)
     per_site = (2.0 * gradient_bound / sizes) ** 2
-    return float(np.sum(z**2)) * np.asarray(noise_shape, float) ** 2 * per_site.sum() / len(sizes) ** 2 / len(z) ** 2
+    return (float(np.sum((w * z) ** 2)) / float(np.sum(w)) ** 2 * np.asarray(noise_shape, float) ** 2
+            * per_site.sum() / len(sizes) ** 2)
 
 
 def averaged_noise_variance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
@@ -448,10 +452,11 @@ def averaged_noise_variance(multipliers, sizes, gradient_bound: float, noise_sha
 
 
 def averaged_noise_covariance(multipliers, sizes, gradient_bound: float, noise_shape: np.ndarray,
-                              matrix: np.ndarray) -> np.ndarray:
+                              matrix: np.ndarray, weights=None) -> np.ndarray:
     """(d, d) covariance H^-1 diag(V) H^-1 of H^-1 times the averaged release noise (V its per-coordinate
-    variance, as in :func:`averaged_noise_variance`) for the full metric H = ``matrix`` (:class:`MomentMetric`)."""
-    variance = _averaged_release_variance(multipliers, sizes, gradient_bound, noise_shape)
+    variance, as in :func:`averaged_noise_variance`; ``weights``: of a weighted mean over the rounds) for the full
+    metric H = ``matrix`` (:class:`MomentMetric`)."""
+    variance = _averaged_release_variance(multipliers, sizes, gradient_bound, noise_shape, weights)
     inverse = np.linalg.inv(np.asarray(matrix, float))
     return (inverse * variance) @ inverse.T
 
@@ -467,6 +472,17 @@ def eb_shrinkage_rotated(x: np.ndarray, noise_covariance: np.ndarray, moments: n
     return vectors @ (eb_shrinkage(u, np.maximum(variance, 1e-300), prior) * u)
 
 
+def _floored_spectrum(mean: np.ndarray, noise_sd: float, c0: float | None, tau: float):
+    """The eigen-decomposition of the symmetrized mean with c0^2 in its corner, and the floor (:func:`floor_moments`)."""
+    d = mean.shape[0]
+    g = (np.asarray(mean, float) + np.asarray(mean, float).T) / 2.0
+    if c0 is not None:
+        g[0, 0] = float(c0) ** 2
+    values, vectors = np.linalg.eigh(g)
+    edge = math.sqrt(2.0 * d) * float(noise_sd) * normal_density_at_quantile(0.5) / normal_density_at_quantile(tau)
+    return values, vectors, max(edge, 1e-12 * max(float(np.max(np.abs(values))), 1e-300))
+
+
 def floor_moments(mean: np.ndarray, noise_sd: float, *, c0: float | None = None, tau: float = 0.5) -> np.ndarray:
     """G from the sites' mean noisy second moments (privacy on, N.1'): symmetrized (the off-diagonal noise sd
     becomes s / sqrt 2 for entry sd s = ``noise_sd`` of the mean), the public c0^2 put back in the intercept's
@@ -477,14 +493,19 @@ def floor_moments(mean: np.ndarray, noise_sd: float, *, c0: float | None = None,
     gradient by f G with f ~ phi(Phi^-1(tau)), so along a floored direction the step's noise stays at the
     median's level whatever tau (the tails' weak directions move slower instead of noisier).
     Post-processing of the releases."""
-    d = mean.shape[0]
-    g = (np.asarray(mean, float) + np.asarray(mean, float).T) / 2.0
-    if c0 is not None:
-        g[0, 0] = float(c0) ** 2
-    values, vectors = np.linalg.eigh(g)
-    edge = math.sqrt(2.0 * d) * float(noise_sd) * normal_density_at_quantile(0.5) / normal_density_at_quantile(tau)
-    floor = max(edge, 1e-12 * max(float(np.max(np.abs(values))), 1e-300))
+    values, vectors, floor = _floored_spectrum(mean, noise_sd, c0, tau)
     return (vectors * np.maximum(values, floor)) @ vectors.T
+
+
+def above_floor_projector(mean: np.ndarray, noise_sd: float, *, c0: float | None = None, tau: float = 0.5
+                          ) -> np.ndarray:
+    """(d, d) orthogonal projector onto the eigenvectors of :func:`floor_moments`'s G whose eigenvalue is above
+    the floor (the directions the released moments tell from noise; N.2').  Along the others the metric is the
+    floor, larger than their curvature, so a step there corrects only a fraction of the point's error and the
+    noise a step adds there stays.  Post-processing of the releases."""
+    values, vectors, floor = _floored_spectrum(mean, noise_sd, c0, tau)
+    kept = vectors[:, values > floor]
+    return kept @ kept.T
 
 
 def eb_shrinkage(x: np.ndarray, noise_var: np.ndarray, moments: np.ndarray) -> np.ndarray:

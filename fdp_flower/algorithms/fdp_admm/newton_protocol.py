@@ -99,6 +99,9 @@ class NewtonServer(FDPADMMServer):
         self.x = np.zeros(self.dim)  # the fit's iterate, standardized units
         self.term_index = 0
         self.v_sum, self.v_count = np.zeros(self.dim), 0
+        #: the private second-moments metric's projector onto its directions above the noise floor (N.2'); None
+        #: for every other metric
+        self.above_floor: np.ndarray | None = None
         self.averaged_z: list[float] = []
         self.pending_gradient: np.ndarray | None = None
         self.metric: N.PublicMetric | N.MomentMetric | None = None
@@ -128,7 +131,7 @@ class NewtonServer(FDPADMMServer):
     # ------------------------------------------------------------------ calibration of the releases
     #: the server's own state a checkpoint keeps (floats, ints, arrays; JSON round-trips each exactly)
     _SCALARS = ("location", "scale", "curvature", "densities", "term_index", "v_count", "_bandwidth")
-    _ARRAYS = ("brackets", "x", "v_sum", "pending_gradient", "model", "moments")
+    _ARRAYS = ("brackets", "x", "v_sum", "pending_gradient", "model", "moments", "above_floor")
     _LISTS = ("averaged_z", "intercepts")
 
     def checkpoint_state(self) -> dict:
@@ -270,8 +273,10 @@ class NewtonServer(FDPADMMServer):
         mean = np.mean([np.asarray(v, float).reshape(d, d) for v in values.values()], axis=0)
         if self.scenario.privacy.enabled:
             sigmas = np.array([self.planned_release(round_, i).sigma for i in values])
-            self.moments = N.floor_moments(mean, float(np.sqrt(np.sum(sigmas**2))) / len(values),
-                                           c0=self.c0 if self.free else None, tau=self.tau)
+            noise_sd = float(np.sqrt(np.sum(sigmas**2))) / len(values)
+            c0 = self.c0 if self.free else None
+            self.moments = N.floor_moments(mean, noise_sd, c0=c0, tau=self.tau)
+            self.above_floor = N.above_floor_projector(mean, noise_sd, c0=c0, tau=self.tau)
             return
         mean = (mean + mean.T) / 2.0
         if np.linalg.eigvalsh(mean)[0] <= 1e-12 * max(float(np.trace(mean)), 1e-300):
@@ -305,12 +310,24 @@ class NewtonServer(FDPADMMServer):
         return np.where(np.arange(self.dim) >= self.free, self.lam_site * self.scale, 0.0)
 
     def _step(self, gradient: np.ndarray) -> None:
-        """One Newton step in the public metric (N.1)-(N.2); after the last term round, the released model."""
+        """One Newton step in the public metric (N.1)-(N.2); after the last term round, the released model.
+        With the private second-moments metric (N.2'): the transient rounds step only along the directions above
+        its noise floor, and the estimate is the mean of the iterates prox_H(x - H^-1 g) after them, weighted by
+        their index, instead of the dual average."""
         step = N.FIRST_STEP if self.densities == 0 else N.STEP
         lam = self.lam_site * (self.scale if self.penalty == "l2" else 1.0)
         metric = N.MomentMetric if self.moment_metric else N.PublicMetric
         self.metric = metric.of(self.moments, self.curvature, step, penalty=self.penalty, lam_site=lam,
                                 free=self.free)
+        if self.above_floor is not None:
+            averaging = self.term_index - N.TRANSIENT_ROUNDS
+            self.x = self.metric.prox(self.x - self.metric.newton(
+                gradient if averaging > 0 else self.above_floor @ gradient))
+            if averaging > 0:
+                self.v_sum, self.v_count = self.v_sum + averaging * self.x, self.v_count + averaging
+            if self.term_index == self.schedule.term_rounds:
+                self._release_fit()
+            return
         v = self.x - self.metric.newton(gradient)
         if self.term_index > N.TRANSIENT_ROUNDS:
             self.v_sum, self.v_count = self.v_sum + v, self.v_count + 1
@@ -323,11 +340,18 @@ class NewtonServer(FDPADMMServer):
     def _release_fit(self) -> None:
         """prox_H(mean of the averaged one-shot Newton estimates), shrunk by empirical Bayes (privacy on), in
         the fit's units (N.2)-(N.3)."""
-        estimate = self.metric.prox(self.v_sum / max(self.v_count, 1)) if self.v_count else self.x
+        if not self.v_count:
+            estimate = self.x
+        elif self.above_floor is not None:
+            estimate = self.v_sum / self.v_count  # the weighted mean of prox_H iterates (N.2')
+        else:
+            estimate = self.metric.prox(self.v_sum / self.v_count)
         if self.averaged_z and self.moment_metric:
             # the full metric's noise is correlated: shrink the slopes in the eigenbasis of their noise covariance
+            weights = None if self.above_floor is None else np.arange(1, len(self.averaged_z) + 1)
             covariance = N.averaged_noise_covariance(self.averaged_z, self.sizes, self.calibration.gradient_bound,
-                                                     self.noise_shape, self.metric.matrix / self.metric.step)
+                                                     self.noise_shape, self.metric.matrix / self.metric.step,
+                                                     weights)
             slopes = slice(self.free, None)
             estimate = estimate.copy()
             estimate[slopes] = N.eb_shrinkage_rotated(estimate[slopes], covariance[slopes, slopes],
