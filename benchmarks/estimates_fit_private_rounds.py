@@ -11,7 +11,7 @@ response near 10; ``skewed``: right-skewed errors, a response in hundreds), 2500
 - ``fit defaults``: ``fit(curves, y, tau=tau, eps=1.0, n_clients=5, seed=seed)``: the ADMM rule, 80 rounds, with
   the level calibration's 21 (location/scale search and intercept shares);
 - ``rule='newton'``: the same with ``rule="newton"``: 8 rounds of location/scale search, one round of the sites'
-  noised second moments (10% of mu^2 at this n and eps; its metric floored at the noise edge), 14 data-term rounds
+  noised second moments (3% of mu^2; its metric floored at the noise edge, N.2' steps), 14 data-term rounds
   with 2 densities, and 5 intercept-calibration rounds: 30 rounds in all (docs/algorithms.md section 1.3).
 
 Per cell (mean over seeds): the rounds; the share of held-out responses at or below the fitted quantile (seeds
