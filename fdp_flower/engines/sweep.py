@@ -236,6 +236,28 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@contextlib.contextmanager
+def _sigint_as_flag():
+    """While a process pool runs, Ctrl-C sets the yielded event instead of raising KeyboardInterrupt wherever the
+    main thread happens to be: raised inside concurrent.futures' lock sections (``with waiter.lock`` in its
+    waits), it could leave a lock held, and the pool's result thread and the shutdown would then wait on it
+    forever.  The caller checks the event between waits and raises KeyboardInterrupt itself.  Only when Python's
+    default handler is installed (in the main thread); a process that ignores SIGINT keeps ignoring it."""
+    import signal
+    import threading
+
+    interrupted = threading.Event()
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield interrupted
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _PartialRuns:
     """The append-only file of finished runs in a sweep's results directory.
 
@@ -332,19 +354,25 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, progress: bool = T
             collect(indices, _run_unit([runs[i][2] for i in indices], spec.sweep.engine, spec.sweep.history,
                                        cache))
     else:
-        from concurrent.futures import as_completed
+        from concurrent.futures import FIRST_COMPLETED, wait
 
         pool = ProcessPoolExecutor(max_workers=n_workers, initializer=_ignore_sigint)
-        try:
-            futures = {pool.submit(_run_unit, [runs[i][2] for i in indices], spec.sweep.engine,
-                                   spec.sweep.history): indices for indices in unit_list}
-            for fut in as_completed(futures):  # kept as each unit finishes, in any order
-                collect(futures[fut], fut.result())
-        except BaseException:  # Ctrl-C or a failed unit: stop the workers now, keep what finished
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+        with _sigint_as_flag() as interrupted:
+            try:
+                futures = {pool.submit(_run_unit, [runs[i][2] for i in indices], spec.sweep.engine,
+                                       spec.sweep.history): indices for indices in unit_list}
+                pending = set(futures)
+                while pending:  # kept as each unit finishes, in any order
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        collect(futures[fut], fut.result())
+                    if interrupted.is_set():
+                        raise KeyboardInterrupt
+            except BaseException:  # Ctrl-C or a failed unit: stop the workers now, keep what finished
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    process.terminate()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
         pool.shutdown()
     if bar is not None:
         bar.close()
