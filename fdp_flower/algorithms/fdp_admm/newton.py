@@ -26,7 +26,8 @@ threshold the server names; the server does everything else.  One run is a fixed
    (1/m_i) #{|y_ij - a_ij.x| <= h} / (2 h) (sensitivity 1 / (2 h m_i)).  The server takes Newton steps in
    the public metric H = f D (+ lam / M for l2), D = diag(c0^2, lambda_1..lambda_K) the public score
    variances and f the pooled released residual density (N.1); 6 transient rounds x <- prox_H(x - a H^-1 g),
-   then dual averaging of the one-shot Newton estimates v_k = x_k - H^-1 g_k (N.2);
+   then dual averaging of the one-shot Newton estimates v_k = x_k - H^-1 g_k (N.2; with the private second-moments
+   metric the index-weighted mean of the iterates, the transient rounds stepping only above its noise floor: N.2');
    the released coefficients are prox_H(mean v_k), shrunk by empirical Bayes with the public noise variance
    (N.3, privacy on only);
 3. **intercept calibration** (5 rounds, models with an intercept): the share of residuals at the released
