@@ -271,9 +271,9 @@ def test_the_server_floors_the_noisy_second_moments_at_the_noise_edge():
     corner = N.floor_moments(g, 1e-6, c0=1.5)
     assert corner[0, 0] == pytest.approx(2.25, rel=1e-9)
     # the projector onto the directions above the floor: the two clear eigenvalues of ``weak``, all of ``g``
-    np.testing.assert_allclose(N.above_floor_projector(np.diag([2.25, 1.0, 1e-4, 1e-4, 1e-4, 1e-4]), s),
+    np.testing.assert_allclose(N.floor_moments_split(np.diag([2.25, 1.0, 1e-4, 1e-4, 1e-4, 1e-4]), s)[1],
                                np.diag([1.0, 1.0, 0.0, 0.0, 0.0, 0.0]), atol=1e-12)
-    np.testing.assert_allclose(N.above_floor_projector(g, 1e-6), np.eye(d), atol=1e-12)
+    np.testing.assert_allclose(N.floor_moments_split(g, 1e-6)[1], np.eye(d), atol=1e-12)
 
 
 def test_a_private_newton_fit_on_a_fixed_basis_runs_30_rounds_and_spends_its_budget(tmp_path):

@@ -473,17 +473,6 @@ def eb_shrinkage_rotated(x: np.ndarray, noise_covariance: np.ndarray, moments: n
     return vectors @ (eb_shrinkage(u, np.maximum(variance, 1e-300), prior) * u)
 
 
-def _floored_spectrum(mean: np.ndarray, noise_sd: float, c0: float | None, tau: float):
-    """The eigen-decomposition of the symmetrized mean with c0^2 in its corner, and the floor (:func:`floor_moments`)."""
-    d = mean.shape[0]
-    g = (np.asarray(mean, float) + np.asarray(mean, float).T) / 2.0
-    if c0 is not None:
-        g[0, 0] = float(c0) ** 2
-    values, vectors = np.linalg.eigh(g)
-    edge = math.sqrt(2.0 * d) * float(noise_sd) * normal_density_at_quantile(0.5) / normal_density_at_quantile(tau)
-    return values, vectors, max(edge, 1e-12 * max(float(np.max(np.abs(values))), 1e-300))
-
-
 def floor_moments(mean: np.ndarray, noise_sd: float, *, c0: float | None = None, tau: float = 0.5) -> np.ndarray:
     """G from the sites' mean noisy second moments (privacy on, N.1'): symmetrized (the off-diagonal noise sd
     becomes s / sqrt 2 for entry sd s = ``noise_sd`` of the mean), the public c0^2 put back in the intercept's
@@ -494,19 +483,24 @@ def floor_moments(mean: np.ndarray, noise_sd: float, *, c0: float | None = None,
     gradient by f G with f ~ phi(Phi^-1(tau)), so along a floored direction the step's noise stays at the
     median's level whatever tau (the tails' weak directions move slower instead of noisier).
     Post-processing of the releases."""
-    values, vectors, floor = _floored_spectrum(mean, noise_sd, c0, tau)
-    return (vectors * np.maximum(values, floor)) @ vectors.T
+    return floor_moments_split(mean, noise_sd, c0=c0, tau=tau)[0]
 
 
-def above_floor_projector(mean: np.ndarray, noise_sd: float, *, c0: float | None = None, tau: float = 0.5
-                          ) -> np.ndarray:
-    """(d, d) orthogonal projector onto the eigenvectors of :func:`floor_moments`'s G whose eigenvalue is above
-    the floor (the directions the released moments tell from noise; N.2').  Along the others the metric is the
-    floor, larger than their curvature, so a step there corrects only a fraction of the point's error and the
-    noise a step adds there stays.  Post-processing of the releases."""
-    values, vectors, floor = _floored_spectrum(mean, noise_sd, c0, tau)
+def floor_moments_split(mean: np.ndarray, noise_sd: float, *, c0: float | None = None, tau: float = 0.5
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(G, P): :func:`floor_moments`'s G and the (d, d) orthogonal projector P onto its eigenvectors whose
+    eigenvalue is above the floor (the directions the released moments tell from noise; N.2').  Along the others
+    the metric is the floor, larger than their curvature, so a step there corrects only a fraction of the
+    point's error and the noise a step adds there stays.  Post-processing of the releases."""
+    d = mean.shape[0]
+    g = (np.asarray(mean, float) + np.asarray(mean, float).T) / 2.0
+    if c0 is not None:
+        g[0, 0] = float(c0) ** 2
+    values, vectors = np.linalg.eigh(g)
+    edge = math.sqrt(2.0 * d) * float(noise_sd) * normal_density_at_quantile(0.5) / normal_density_at_quantile(tau)
+    floor = max(edge, 1e-12 * max(float(np.max(np.abs(values))), 1e-300))
     kept = vectors[:, values > floor]
-    return kept @ kept.T
+    return (vectors * np.maximum(values, floor)) @ vectors.T, kept @ kept.T
 
 
 def eb_shrinkage(x: np.ndarray, noise_var: np.ndarray, moments: np.ndarray) -> np.ndarray:

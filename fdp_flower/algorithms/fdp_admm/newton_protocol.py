@@ -266,8 +266,8 @@ class NewtonServer(FDPADMMServer):
     def _moments(self, round_: int, values: dict) -> None:
         """The metric's G (N.1'): the mean over the sites of their released second moments, symmetrized -- the
         gradient is the mean of the sites' terms, so its curvature is f G.  With privacy: the public c0^2 in the
-        intercept's corner and the eigenvalues floored at the noise's spectral edge (:func:`N.floor_moments`, from
-        the planned sigmas of the sites that replied).  A singular G without privacy (a coordinate no row spans)
+        intercept's corner, the eigenvalues floored at the noise's spectral edge, and the projector onto the
+        directions above it (:func:`N.floor_moments_split`, from the planned sigmas of the sites that replied).  A singular G without privacy (a coordinate no row spans)
         stops the run in one line."""
         d = self.dim
         mean = np.mean([np.asarray(v, float).reshape(d, d) for v in values.values()], axis=0)
@@ -275,8 +275,7 @@ class NewtonServer(FDPADMMServer):
             sigmas = np.array([self.planned_release(round_, i).sigma for i in values])
             noise_sd = float(np.sqrt(np.sum(sigmas**2))) / len(values)
             c0 = self.c0 if self.free else None
-            self.moments = N.floor_moments(mean, noise_sd, c0=c0, tau=self.tau)
-            self.above_floor = N.above_floor_projector(mean, noise_sd, c0=c0, tau=self.tau)
+            self.moments, self.above_floor = N.floor_moments_split(mean, noise_sd, c0=c0, tau=self.tau)
             return
         mean = (mean + mean.T) / 2.0
         if np.linalg.eigvalsh(mean)[0] <= 1e-12 * max(float(np.trace(mean)), 1e-300):
