@@ -103,3 +103,14 @@ def check_loss(residuals: np.ndarray, tau: float) -> float:
     """Mean check loss rho_tau(r) = r (tau - 1{r < 0}) of held-out residuals r = y - fitted quantile."""
     residuals = np.asarray(residuals, dtype=float)
     return float(np.mean(residuals * (tau - (residuals < 0))))
+
+
+def write_results(out, name: str, text: str, rows: list[dict]) -> None:
+    """``<out>/<name>.md`` (the table ``text``) and ``<out>/<name>.json`` (the per-fit ``rows``), creating ``out``."""
+    import json
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(text)
+    (out / f"{name}.json").write_text(json.dumps(rows, indent=1))

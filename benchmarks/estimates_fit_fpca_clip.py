@@ -13,7 +13,6 @@ kind).  Writes fit_fpca_clip.md and .json to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import warnings
@@ -81,10 +80,7 @@ def main() -> None:
             lines.append(f"| {clip} | " + " | ".join(cells) + " |")
         lines.append("")
     text = "\n".join(lines)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fit_fpca_clip.md").write_text(text)
-    (out / "fit_fpca_clip.json").write_text(json.dumps(rows, indent=1))
+    D.write_results(args.out, "fit_fpca_clip", text, rows)
     print(text)
 
 

@@ -31,7 +31,6 @@ Writes fit_private_rounds.md and .json to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -184,10 +183,7 @@ def main() -> None:
         print(f"paper seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
     rows += paper
     text = table([r for r in rows if r["design"] != "paper"]) + ("\n" + paper_table(paper) if paper else "")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.md").write_text(text + "\n")
-    (out / f"{args.name}.json").write_text(json.dumps(rows, indent=1))
+    D.write_results(args.out, args.name, text + "\n", rows)
     print(text)
 
 

@@ -17,7 +17,6 @@ seeds.  Writes fit_private_sizes.md and .json to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import warnings
@@ -94,10 +93,7 @@ def main() -> None:
         rows += cells(seed)
         print(f"seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
     text = table(rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fit_private_sizes.md").write_text(text)
-    (out / "fit_private_sizes.json").write_text(json.dumps(rows, indent=1))
+    D.write_results(args.out, "fit_private_sizes", text, rows)
     print(text)
 
 
