@@ -1,5 +1,5 @@
 """Which private rule wins on ``fit``'s fixed basis depends on the site size: the default (ADMM + level calibration,
-101 rounds) against ``rule="newton"`` (30 rounds) at 500 and at 2000 records per site, on two designs.
+101 rounds) against ``rule="newton"`` (30 rounds) at 500, 1000 and 2000 records per site, on two designs.
 
     python benchmarks/estimates_fit_private_sizes.py [--seeds 1 2 3 4 5] [--out benchmarks/results/estimates]
 
@@ -7,11 +7,13 @@
 ``rule="newton"``, and privacy off (``eps=None``; its own defaults) for the exact estimator's reference:
 
 - ``paper``: the paper's design (fdp_flower.functional.design, homoscedastic t(3) errors, so its beta is the
-  quantile slope at every tau): MISE int (beta_hat - beta)^2, beside the privacy-off fit's own MISE;
+  quantile slope at every tau): MISE int (beta_hat - beta)^2, beside the privacy-off fit's own MISE (100
+  rounds: the exact estimator), and the privacy cost int (beta_hat - beta_exact)^2 / int (beta_exact - beta)^2
+  beside the cost the fit predicted before training (the unbiased floor, ``model.scenario`` and the sizes);
 - ``irregular``: benchmarks/estimates_designs.py's irregular grid with heteroscedastic errors:
   ||slopes - exact|| / ||exact||, the exact fit being the privacy-off one at 100 rounds.
 
-Sizes: 2500 curves over 5 sites (500 each) and 20000 over 10 (2000 each); tau in {0.1, 0.5, 0.9}; means over
+Sizes: 2500 curves over 5 sites (500 each), 10000 over 10 (1000 each) and 20000 over 10 (2000 each); tau in {0.1, 0.5, 0.9}; means over
 seeds.  Writes fit_private_sizes.md and .json to --out.
 """
 from __future__ import annotations
@@ -29,12 +31,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import estimates_designs as D  # noqa: E402
 
 TAUS = (0.1, 0.5, 0.9)
-SIZES = ((2500, 5), (20_000, 10))
+SIZES = ((2500, 5), (10_000, 10), (20_000, 10))
 CALLS = {"fit defaults": {}, "rule='newton'": {"rule": "newton"}}
+
+
+def curve_values(model) -> np.ndarray:
+    """beta_hat on the model's grid."""
+    return np.asarray(model.beta_hat.data_matrix, dtype=float).reshape(-1)
 
 
 def cells(seed: int) -> list[dict]:
     import fdp_flower
+    from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_of
     from fdp_flower.functional.design import simulate_slice, true_beta
 
     rows = []
@@ -45,11 +53,16 @@ def cells(seed: int) -> list[dict]:
                 grid = np.linspace(0, 1, 100)
                 paper = simulate_slice(seed, 0, n, tau=tau, grid=grid)
                 base = dict(grid=grid, tau=tau, n_clients=sites, seed=seed, reference=False)
-                exact = fdp_flower.fit(paper.curves, paper.response, eps=None, **base)
-                values = {"privacy off": float(exact.mise(true_beta(grid)))}
+                exact = fdp_flower.fit(paper.curves, paper.response, eps=None, rounds=100, **base)
+                beta, beta_exact = true_beta(grid), curve_values(exact)
+                values = {"privacy off": float(exact.mise(beta))}
                 for call, kwargs in CALLS.items():
                     m = fdp_flower.fit(paper.curves, paper.response, eps=1.0, **base, **kwargs)
-                    values[call] = float(m.mise(true_beta(grid)))
+                    values[call] = float(m.mise(beta))
+                    values[f"{call} cost"] = (float(np.trapezoid((curve_values(m) - beta_exact) ** 2, grid))
+                                              / float(np.trapezoid((beta_exact - beta) ** 2, grid)))
+                    if not kwargs:
+                        values["predicted cost"] = float(predicted_cost_of(m.scenario, m.sample_sizes)[0].cost)
                 rows.append({"seed": seed, "design": "paper", "n": n, "sites": sites, "tau": tau, **values})
 
                 irr = D.draw("irregular", seed, n)
@@ -79,6 +92,15 @@ def table(rows: list[dict]) -> str:
                 at = [np.mean([r[call] for r in rows if r["design"] == design and r["n"] == n and r["tau"] == t])
                       for t in TAUS]
                 lines.append(f"| {design} | {n} / {sites} | {call} | " + " | ".join(f"{v:.3f}" for v in at) + " |")
+    lines += ["", "paper design, privacy cost int (beta_hat - beta_exact)^2 / int (beta_exact - beta)^2 (the exact "
+              "estimator: the privacy-off fit at 100 rounds) and the cost the default fit predicted before training "
+              "(the unbiased floor; the sphere clip's lower bound without score variances). Means over seeds.", "",
+              "| curves / sites | " + " | ".join(f"tau = {t:g}: predicted / default / newton" for t in TAUS) + " |",
+              "|---|" + "---|" * len(TAUS)]
+    for n, sites in SIZES:
+        at = [[np.mean([r[k] for r in rows if r["design"] == "paper" and r["n"] == n and r["tau"] == t])
+               for k in ("predicted cost", *(f"{c} cost" for c in CALLS))] for t in TAUS]
+        lines.append(f"| {n} / {sites} | " + " | ".join(" / ".join(f"{v:.3f}" for v in cell) for cell in at) + " |")
     return "\n".join(lines) + "\n"
 
 
