@@ -65,6 +65,30 @@ def test_fit_warns_when_the_predicted_cost_exceeds_one_and_names_the_fix(data, t
     assert predicted["kind"] == "lower bound of the floor" and predicted["n_components"] == 10
 
 
+def test_the_warning_names_the_newton_rule_only_where_it_could_run_instead(data):
+    """A private ADMM-rule fit on a fixed basis (the default) whose prediction exceeds 1 is also told of the
+    Newton rule; a fit that already runs it, or a per-round budget (where the Newton rule does not run), is not."""
+    from fdp_flower.algorithms.fdp_admm.predicted import newton_would_help, predicted_cost_section
+
+    train, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        admm = fdp_flower.fit(train.curves, train.response, grid=GRID, eps=2.0, n_clients=5, rounds=3,
+                              reference=False)
+        newton = fdp_flower.fit(train.curves, train.response, grid=GRID, eps=2.0, n_clients=5, rule="newton",
+                                reference=False)
+        per_round = fdp_flower.fit(train.curves, train.response, grid=GRID, eps=0.2, n_clients=5, rounds=3,
+                                   privacy="per_round", reference=False)
+    assert admm.scenario.algorithm.rule == "admm" and newton.scenario.algorithm.rule == "newton"
+    assert [newton_would_help(m.scenario) for m in (admm, newton, per_round)] == [True, False, False]
+    said = predicted_cost_section(admm.scenario, [60] * 5)["warning"]
+    assert said is not None and "rule='newton'" in said
+    for model in (newton, per_round):
+        section = predicted_cost_section(model.scenario, [60] * 5)
+        assert section["warning"] is not None and "rule='newton'" not in section["warning"]
+    assert predicted_cost_section(admm.scenario, [200_000] * 5)["warning"] is None  # nothing to fix
+
+
 def test_no_warning_when_the_sites_are_large_enough(data):
     """The same call's prediction at 5 sites of 200000 records is below 1: nothing is said (the cost falls
     like 1 / m, so 60 -> 200000 divides it by 3333)."""

@@ -136,14 +136,14 @@ def _newton_ledger(scenario, calibration, sizes) -> PrivacyLedger:
     from dataclasses import replace
 
     from fdp_flower.algorithms.fdp_admm import newton as N
-    from fdp_flower.algorithms.fdp_admm.config import _score_variances
+    from fdp_flower.algorithms.fdp_admm.config import publishes_score_variances
     from fdp_flower.algorithms.fdp_admm.site import newton_release_event
 
     a = scenario.algorithm
     mu = float(np.sqrt(np.sum(np.asarray(calibration.noise_multipliers, float) ** -2.0)))
     schedule = N.newton_schedule(a.rounds, mu=mu, total_records=float(np.sum(sizes)),
                                  intercept=bool(scenario.model.intercept), bounds=a.response_bounds is not None,
-                                 moments=not _score_variances(scenario.basis))
+                                 moments=not publishes_score_variances(scenario.basis))
     plan = replace(calibration, schedule=schedule, noise_multipliers=schedule.multipliers)
     ledger = PrivacyLedger()
     for round_, kind in enumerate(schedule.kinds, start=1):

@@ -206,7 +206,7 @@ def _field(section: Any, name: str, default: Any) -> Any:
     return section.get(name, default) if isinstance(section, dict) else getattr(section, name, default)
 
 
-def _score_variances(basis: Any) -> bool:
+def publishes_score_variances(basis: Any) -> bool:
     """Whether a scenario's basis section publishes score variances: ``pooled``, ``federated_dp``, or ``provided``
     with an ``eigenvalues`` array (read from the file's member names only)."""
     kind = _field(basis, "kind", "pooled")
@@ -244,7 +244,7 @@ def default_rule(data: dict[str, Any]) -> str:
     loss = _field(model, "loss", {})
     enabled = _field(privacy, "enabled", True)
     failure_rate = _field(_section(data, "faults"), "failure_rate", 0.0)
-    moments = not _score_variances(_section(data, "basis"))
+    moments = not publishes_score_variances(_section(data, "basis"))
     if moments and enabled is not False:  # a private second-moments metric is asked for by name (rule: newton)
         return "admm"
     if _field(loss, "kind", "quantile") != "quantile":
@@ -415,7 +415,7 @@ class Scenario(_Frozen):
                              "'total' (or rule 'admm' for a per-round guarantee)")
         if p.enabled and p.trust != "site":
             raise ValueError(f"algorithm.rule 'newton' runs with privacy.trust 'site' only (got {p.trust!r})")
-        moments = not _score_variances(self.basis)
+        moments = not publishes_score_variances(self.basis)
         if moments and p.enabled and self.model.clip_shape != "sphere":
             raise ValueError("algorithm.rule 'newton' on a basis without score variances releases the rows' second "
                              "moments, whose sensitivity needs model.clip_shape 'sphere'")
