@@ -8,9 +8,10 @@ The designs of benchmarks/estimates_designs.py (``irregular``: irregular 60-poin
 response near 10; ``skewed``: right-skewed errors, a response in hundreds), 2500 training curves over 5 sites of
 500, 10000 held-out curves, the cosine basis (K = 10, fit's default), tau in {0.1, 0.25, 0.5, 0.75, 0.9}:
 
-- ``fit defaults``: ``fit(curves, y, tau=tau, eps=1.0, n_clients=5, seed=seed)``: the ADMM rule, 80 rounds, with
-  the level calibration's 21 (location/scale search and intercept shares);
-- ``rule='newton'``: the same with ``rule="newton"``: 8 rounds of location/scale search, one round of the sites'
+- ``rule='admm'``: ``fit(curves, y, tau=tau, eps=1.0, n_clients=5, seed=seed, rule="admm")``: the ADMM rule, 80
+  rounds, with the level calibration's 21 (location/scale search and intercept shares; fit's default before the
+  Newton rule became it on fixed bases);
+- ``rule='newton'``: the same with ``rule="newton"`` (fit's default now): 8 rounds of location/scale search, one round of the sites'
   noised second moments (3% of mu^2; its metric floored at the noise edge, N.2' steps), 14 data-term rounds
   with 2 densities, and 5 intercept-calibration rounds: 30 rounds in all (docs/algorithms.md section 1.3).
 
@@ -46,7 +47,7 @@ from estimates_fit_privacy_off import exact_model, true_beta  # noqa: E402
 
 TAUS = (0.1, 0.25, 0.5, 0.75, 0.9)
 PAPER_TAUS = (0.1, 0.5, 0.9)
-CALLS = {"fit defaults": {}, "rule='newton'": {"rule": "newton"}}
+CALLS = {"rule='admm'": {"rule": "admm"}, "rule='newton'": {"rule": "newton"}}
 
 
 def run(seed: int, designs) -> list[dict]:

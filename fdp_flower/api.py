@@ -436,7 +436,7 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         the intercept is never penalized.
     rounds : int or None
         L (default: the rule's -- 80 for the ADMM rule in total mode, 30 in per_round mode (the paper's setting),
-        30 for the Newton rule, which is the default with eps=None and with an FPCA basis in total mode).
+        30 for the Newton rule, which is the default with eps=None and in total mode).
     basis : str or FunctionalBasis
         "cosine" (default), "bspline", "fourier" (fixed: no privacy cost), "fpca" (federated DP-FPCA
         at (basis_eps, basis_delta), charged to every client's ledger; in total mode inside ``eps``, the
@@ -494,9 +494,10 @@ def fit(curves, y=None, *, grid=None, tau: float = 0.5, eps: float | None = 1.0,
         the basis's score variances with released residual densities, dual averaging and (with an intercept) a
         calibrated intercept, after a private location/scale search (inside ``response_bounds`` if given, else
         in asinh(y)).  Default None: the scenario schema's choice, the same as ``fdp-flower run`` -- "newton"
-        with eps=None (any basis: a fixed one gets a second-moments round for its metric) or with an FPCA basis
-        ("fpca", "pooled", a FunctionalBasis with eigenvalues) and privacy="total", unless ``rho``, ``step`` or
-        ``estimator`` is given, else "admm".
+        with eps=None or privacy="total" (trust="site"), any basis (a fixed one, or a FunctionalBasis without
+        eigenvalues, gets a second-moments round for its metric), unless ``rho``, ``step`` or ``estimator`` is
+        given, else "admm".  Private bands (:func:`fdp_flower.infer`) model the ADMM rule: fit with
+        rule="admm" to infer.
     level_calibration : bool or None
         The ADMM rule's location/scale search and level calibration (``algorithm.level_calibration``;
         docs/algorithms.md section 1.4), inside the same total budget: 8 rounds before the ADMM rounds find the

@@ -1,5 +1,5 @@
 """The default server rule of an FDP-ADMM scenario (``algorithm.rule`` unset): the Newton rule where the scenario
-allows it (total budget or privacy off, the quantile loss, an FPCA basis, none of the ADMM rule's own fields),
+allows it (total budget or privacy off, the quantile loss, any basis, none of the ADMM rule's own fields),
 the ADMM rule everywhere else -- the same choice for ``fdp-flower run``, the sweep and :func:`fdp_flower.fit`."""
 from __future__ import annotations
 
@@ -40,10 +40,12 @@ def test_privacy_off_and_total_budget_scenarios_default_to_the_newton_rule_with_
         assert sc.algorithm.rounds == 30 and sc.algorithm.estimator.kind == "last"
         assert sc.algorithm.stopping.kind == "cap" and sc.algorithm.rho_rule.kind == "fixed"
     # a private run without declared bounds still gets the rule (its location/scale search runs in asinh(y)),
-    # with nothing to warn about
+    # with nothing to warn about; so does a basis without public score variances (a second-moments round)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert parse_scenario(base(privacy=TOTAL)).algorithm.rule == "newton"
+        fixed = parse_scenario(base(privacy=TOTAL, basis={"kind": "fixed", "family": "cosine", "n_components": 4}))
+        assert fixed.algorithm.rule == "newton" and fixed.algorithm.rounds == 30
 
 
 @pytest.mark.parametrize("field", ADMM_ONLY_FIELDS)
@@ -54,12 +56,10 @@ def test_a_scenario_that_sets_an_admm_field_keeps_the_admm_rule(field):
 @pytest.mark.parametrize("changes", [
     {"privacy": {"enabled": True, "mode": "per_round", "eps": 1.0, "delta": 1e-5}},  # the paper's rule
     {"privacy": {**TOTAL, "trust": "trusted_aggregator"}},
-    {"basis": {"kind": "fixed", "family": "cosine", "n_components": 4},  # no public score variances
-     "privacy": TOTAL},
     {"model": {"loss": {"kind": "squared"}}},
     {"faults": {"failure_rate": 0.1}},
     {"algorithm": {"rounds": 20}},  # too few rounds for the Newton schedule (it needs 25 privacy off here)
-], ids=["per_round", "trusted_aggregator", "fixed_basis", "squared_loss", "failures", "few_rounds"])
+], ids=["per_round", "trusted_aggregator", "squared_loss", "failures", "few_rounds"])
 def test_settings_the_newton_rule_cannot_run_keep_the_admm_rule(changes):
     assert rule_of(base(**changes)) == "admm"
 
@@ -109,14 +109,16 @@ def test_fit_and_the_scenario_schema_choose_the_same_rule(tmp_path):
                  out=tmp_path / "newton")
     assert newton.scenario.algorithm.rule == "newton" and len(newton.history) == 30
     assert json.loads((tmp_path / "newton" / "summary.json").read_text())["rule"] == "newton"
-    # the default cosine basis has no public score variances: privacy off, the Newton rule with a second-moments
-    # round; privacy on, the ADMM rule; a step given asks for the ADMM rule
+    # the default cosine basis has no public score variances: the Newton rule with a second-moments round, privacy
+    # off and on (30 rounds, no level calibration); a step given asks for the ADMM rule
     cosine = fit(curves, y, grid=grid, eps=None, n_components=4, n_clients=3, reference=False)
     assert cosine.scenario.algorithm.rule == "newton" and len(cosine.history) == 30
     private = fit(curves, y, grid=grid, eps=1.0, n_components=4, n_clients=3, reference=False)
+    assert private.scenario.algorithm.rule == "newton" and len(private.history) == 30
+    assert not private.scenario.algorithm.level_calibration
     stepped = fit(curves, y, grid=grid, eps=None, basis="fpca", n_components=4, n_clients=3, step=1.0,
                   reference=False)
-    assert private.scenario.algorithm.rule == "admm" == stepped.scenario.algorithm.rule
+    assert stepped.scenario.algorithm.rule == "admm"
     with pytest.raises(Exception, match="rule: expected"):
         fit(curves, y, grid=grid, eps=None, rule="lbfgs")
 
@@ -139,10 +141,10 @@ def test_the_sweep_runs_newton_scenarios_through_the_in_process_engine(tmp_path)
     assert final_a["mise"] == run_batched([admm], history=False)[0].final["mise"]
 
 
-def test_a_provided_basis_gets_the_newton_rule_when_its_file_carries_eigenvalues(tmp_path):
+def test_a_provided_basis_publishes_score_variances_when_its_file_carries_eigenvalues(tmp_path):
     """Only the names of the .npz's members are read: with ``eigenvalues`` (an FPCA of a public pilot sample) the
-    basis publishes score variances; without them, or unreadable, the ADMM rule (with privacy: privacy off, every
-    basis gets the Newton rule)."""
+    basis publishes score variances (the Newton rule's public metric); without them, or unreadable, it does not
+    (the Newton rule releases second moments instead).  The default rule is the Newton rule either way."""
     from fdp_flower.functional import design
     from fdp_flower.functional.fpca import fit_pooled_fpca
 
@@ -154,9 +156,14 @@ def test_a_provided_basis_gets_the_newton_rule_when_its_file_carries_eigenvalues
     np.savez(with_eig, **arrays)
     np.savez(without, **{k: v for k, v in arrays.items() if k != "eigenvalues"})
     (tmp_path / "broken.npz").write_bytes(b"not a zip")
-    for path, rule in ((with_eig, "newton"), (without, "admm"), (tmp_path / "broken.npz", "admm"),
-                       (tmp_path / "missing.npz", "admm")):
-        assert rule_of(base(basis={"kind": "provided", "path": str(path)}, privacy=TOTAL)) == rule, path.name
+    from fdp_flower.algorithms.fdp_admm.config import publishes_score_variances
+
+    for path, published in ((with_eig, True), (without, False), (tmp_path / "broken.npz", False),
+                            (tmp_path / "missing.npz", False)):
+        section = {"kind": "provided", "path": str(path)}
+        assert publishes_score_variances(section) is published, path.name
+        # the Newton rule either way: its metric is the score variances, else a second-moments round
+        assert rule_of(base(basis=section, privacy=TOTAL)) == "newton", path.name
     # fit with a FunctionalBasis that has eigenvalues: the same choice
     from fdp_flower import fit
 

@@ -246,7 +246,7 @@ def test_plan_noise_covariances_are_the_primal_noise_of_the_released_descent_ter
 
     data = design.simulate_slice(2, 0, 1500, tau=0.5, grid=GRID)
     model = fdp_flower.fit(data.curves, data.response, eps=1.0, n_clients=3, n_components=3, rounds=6, seed=4,
-                           grid=GRID, reference=False, level_calibration=False)
+                           grid=GRID, reference=False, rule="admm", level_calibration=False)
     assert {r.mechanism for r in model.ledger.releases} == {"fdp_admm_subgradient"}
     plan = noise_plan(model.scenario, model.basis)
     sizes = np.asarray(model.sample_sizes, dtype=float)
@@ -301,7 +301,8 @@ def test_a_level_calibrated_band_describes_the_spread_of_its_own_noise():
     y = 10.0 + scores @ np.array([1.0, -0.8, 0.5]) + 0.7 * rng.standard_t(3, n)
     labels = np.arange(n) % 5
     parts = [(curves[labels == i], y[labels == i]) for i in range(5)]
-    kw = dict(grid=grid, tau=0.9, client_ids=labels, n_components=3, reference=False, penalty="none", lam=0.0)
+    kw = dict(grid=grid, tau=0.9, client_ids=labels, n_components=3, reference=False, penalty="none", lam=0.0,
+              rule="admm")  # the bands model the ADMM rule (fit's private default is the Newton rule)
     betas, intercepts, beta_sd, intercept_sd = [], [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -98,14 +98,16 @@ def _tolerance(tau: float, sizes, eps: float = 1.0, delta: float = 1e-5, n_test:
     return 4.0 * math.sqrt(var)
 
 
+@pytest.mark.parametrize("rule", [None, "admm"], ids=["default_newton", "admm"])
 @pytest.mark.parametrize("tau", [0.1, 0.9])
-def test_fit_places_the_level_at_any_location_and_scale(tau):
-    """``fit`` with every default (the cosine basis: the ADMM rule, now with its location/scale search and level
-    calibration) at eps = 1: the share of held-out responses below the fitted tau-quantile is within the level's
-    error of tau, for the response 10 + y and for 1e4 + 1e3 y and 10 + 1e-3 y -- with nothing declared about the
-    response -- and the fitted quantile keeps its spread over the curves in response sds (the ADMM rule alone in
+def test_fit_places_the_level_at_any_location_and_scale(tau, rule):
+    """``fit`` on the cosine basis at eps = 1 -- with every default (the Newton rule: its location/scale search,
+    noised second moments and intercept calibration) and with ``rule="admm"`` (the ADMM rule with its location/scale
+    search and level calibration): the share of held-out responses below the fitted tau-quantile is within the
+    level's error of tau, for the response 10 + y and for 1e4 + 1e3 y and 10 + 1e-3 y -- with nothing declared about
+    the response -- and the fitted quantile keeps its spread over the curves in response sds (the ADMM rule alone in
     the response's units gives a 1e4-centred response slopes of noise: a spread of 10 sds or more).  Without them
-    the quantile of 10 + y is off its level."""
+    the ADMM rule's quantile of 10 + y is off its level."""
     import fdp_flower
 
     rng = np.random.default_rng(11)
@@ -119,8 +121,12 @@ def test_fit_places_the_level_at_any_location_and_scale(tau):
         y = c + s * y0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the predicted privacy cost
-            model = fdp_flower.fit(curves[:n], y[:n], grid=grid, tau=tau, eps=1.0, n_clients=5, reference=False)
-        assert model.scenario.algorithm.level_calibration and model.scenario.algorithm.rule == "admm"
+            model = fdp_flower.fit(curves[:n], y[:n], grid=grid, tau=tau, eps=1.0, n_clients=5, reference=False,
+                                   rule=rule)
+        if rule is None:
+            assert model.scenario.algorithm.rule == "newton" and len(model.history) == 30
+        else:
+            assert model.scenario.algorithm.level_calibration and model.scenario.algorithm.rule == "admm"
         fitted = model.predict(curves[n:])
         share = float(np.mean(y[n:] <= fitted))
         assert abs(share - tau) <= tolerance, (c, s, share, tolerance)
@@ -129,10 +135,12 @@ def test_fit_places_the_level_at_any_location_and_scale(tau):
         spread = float(np.std(fitted)) / (s * float(np.std(y0)))
         assert 0.1 <= spread <= 3.0, (c, s, spread)
         assert 0.97 <= model.privacy.eps <= 1.0
+    if rule is None:
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         off = fdp_flower.fit(curves[:n], 10 + y0[:n], grid=grid, tau=tau, eps=1.0, n_clients=5, reference=False,
-                             level_calibration=False)
+                             rule="admm", level_calibration=False)
     assert abs(float(np.mean(10 + y0[n:] <= off.predict(curves[n:]))) - tau) > tolerance
 
 

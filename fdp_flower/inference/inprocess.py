@@ -55,7 +55,8 @@ def check_inferable(model) -> None:
 
     if model.privacy.private and newton_rule(model.scenario):
         raise ValueError("inference: the private bands model the ADMM rule's noise recursion; this fit ran the Newton "
-                         "rule, whose releases they do not describe: fit with rule='admm' to infer")
+                         "rule (fit's default with a total budget), whose releases they do not describe: fit with "
+                         "rule='admm' to infer (FDPQuantileRegressor with inference does)")
 
 
 def run_inference(model, parts: Sequence[tuple[np.ndarray, np.ndarray]], *, eps_total: float | None,
