@@ -3,8 +3,8 @@
     python benchmarks/estimates_location_scale_unbounded.py [--seeds 0 1 2] [--basis fpca|cosine]
         [--out benchmarks/results/estimates]
 
-``--basis cosine`` (fit's default basis: the ADMM rule with its location/scale search and level calibration,
-docs/algorithms.md section 1.4) writes location_scale_unbounded_cosine.md / .json instead; the description below is
+``--basis cosine`` (fit's default basis: the Newton rule with its location/scale search and a second-moments round,
+docs/algorithms.md section 1.3) writes location_scale_unbounded_cosine.md / .json instead; the description below is
 ``--basis fpca``'s.
 
 Design ``irregular`` (benchmarks/estimates_designs.py), 2500 training curves over 5 sites of 500, 10000 held-out
@@ -104,8 +104,8 @@ def deviations(rows: list[dict], unit: float) -> list[dict]:
 
 def report(rows: list[dict], seeds: list[int], basis: str = "fpca") -> str:
     what = ("federated DP-FPCA basis, Newton rule" if basis == "fpca" else
-            "cosine basis, the ADMM rule with its location/scale search and level calibration; privacy off: the "
-            "exact standardization and the ADMM rule")
+            "cosine basis, the Newton rule with its location/scale search and noised second moments; privacy off: "
+            "the exact standardization and the Newton rule")
     lines = [f"`fit(curves, c + s y0, tau, eps, n_clients=5, basis='{basis}')` with nothing declared about the "
              f"response ({what}); irregular design, 5 sites of 500, seeds {seeds}, 10000 held-out curves.",
              "Max deviation: max over held-out curves of |(q_{c,s}(x) - c) / s - q_{0,1}(x)| in units of the "

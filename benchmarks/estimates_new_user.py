@@ -8,9 +8,11 @@ response near 10; ``skewed``: skewed errors): 2500 training curves over 5 sites 
 held-out curves, and per tau in {0.1, 0.25, 0.5, 0.75, 0.9} the share of held-out responses at or below the
 fitted tau-quantile of
 
-- ``fit(curves, y, tau=tau, eps=1.0, n_clients=5)``: every other argument at its default (the cosine basis, so
-  the ADMM rule, with its level calibration);
-- the same with ``level_calibration=False`` (the ADMM rule alone, as before the calibration existed);
+- ``fit(curves, y, tau=tau, eps=1.0, n_clients=5)``: every other argument at its default (the cosine basis and
+  the Newton rule, whose metric is the sites' noised second moments);
+- the same with ``rule="admm"`` (the ADMM rule with its location/scale search and level calibration, the default
+  before the Newton rule ran on fixed bases);
+- the same with ``rule="admm", level_calibration=False`` (the ADMM rule alone, as before the calibration existed);
 - the same with ``basis="fpca", n_components=5`` (federated DP-FPCA: the Newton rule by default);
 - the same with a public pilot FPCA basis (1000 curves, K = 5) and declared ``response_bounds`` (pilot median
   +- 20 pilot sds), as in benchmarks/estimates_coverage.py (the Newton rule by default).
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import estimates_designs as D  # noqa: E402
 
 TAUS = (0.1, 0.25, 0.5, 0.75, 0.9)
-CALLS = ("fit(...) defaults", "defaults, level_calibration=False", "basis='fpca'",
+CALLS = ("fit(...) defaults", "rule='admm'", "rule='admm', level_calibration=False", "basis='fpca'",
          "pilot FPCA basis + response_bounds")
 
 
@@ -46,8 +48,8 @@ def run(seed: int, design: str = "irregular", calls=CALLS) -> list[dict]:
     basis = fit_pooled_fpca(pilot.curves, pilot.grid, n_components=5)
     sd = float(np.std(pilot.response))
     bounds = (float(np.median(pilot.response)) - 20 * sd, float(np.median(pilot.response)) + 20 * sd)
-    extra = {CALLS[0]: {}, CALLS[1]: {"level_calibration": False}, CALLS[2]: {"basis": "fpca", "n_components": 5},
-             CALLS[3]: {"basis": basis, "response_bounds": bounds}}
+    extra = {CALLS[0]: {}, CALLS[1]: {"rule": "admm"}, CALLS[2]: {"rule": "admm", "level_calibration": False},
+             CALLS[3]: {"basis": "fpca", "n_components": 5}, CALLS[4]: {"basis": basis, "response_bounds": bounds}}
     extra = {call: kwargs for call, kwargs in extra.items() if call in calls}
     rows = []
     for tau in TAUS:
