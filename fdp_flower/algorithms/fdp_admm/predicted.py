@@ -70,7 +70,7 @@ def newton_would_help(scenario) -> bool:
     """Whether a private ``scenario`` runs the ADMM rule where the Newton rule could run instead on a basis without
     score variances (one total budget, trust "site"): there the Newton rule's 30 rounds end closer to the exact
     estimator wherever the prediction is high (benchmarks: 500 and 1000 records per site on two designs; at 2000
-    per site the ADMM rule keeps the paper design's tails)."""
+    per site the two are tied at the paper design's tails)."""
     from fdp_flower.algorithms.fdp_admm.config import publishes_score_variances
 
     algorithm, privacy = scenario.algorithm, scenario.privacy
