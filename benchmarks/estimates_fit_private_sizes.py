@@ -36,11 +36,6 @@ SIZES = ((2500, 5), (10_000, 10), (20_000, 10))
 CALLS = {"rule='admm'": {"rule": "admm"}, "rule='newton'": {"rule": "newton"}}
 
 
-def curve_values(model) -> np.ndarray:
-    """beta_hat on the model's grid."""
-    return np.asarray(model.beta_hat.data_matrix, dtype=float).reshape(-1)
-
-
 def cells(seed: int) -> list[dict]:
     import fdp_flower
     from fdp_flower.algorithms.fdp_admm.predicted import predicted_cost_of
@@ -55,12 +50,12 @@ def cells(seed: int) -> list[dict]:
                 paper = simulate_slice(seed, 0, n, tau=tau, grid=grid)
                 base = dict(grid=grid, tau=tau, n_clients=sites, seed=seed, reference=False)
                 exact = fdp_flower.fit(paper.curves, paper.response, eps=None, rounds=100, **base)
-                beta, beta_exact = true_beta(grid), curve_values(exact)
+                beta, beta_exact = true_beta(grid), exact.beta_values
                 values = {"privacy off": float(exact.mise(beta))}
                 for call, kwargs in CALLS.items():
                     m = fdp_flower.fit(paper.curves, paper.response, eps=1.0, **base, **kwargs)
                     values[call] = float(m.mise(beta))
-                    values[f"{call} cost"] = (float(np.trapezoid((curve_values(m) - beta_exact) ** 2, grid))
+                    values[f"{call} cost"] = (float(np.trapezoid((m.beta_values - beta_exact) ** 2, grid))
                                               / float(np.trapezoid((beta_exact - beta) ** 2, grid)))
                     if kwargs["rule"] == "admm":
                         values["predicted cost"] = float(predicted_cost_of(m.scenario, m.sample_sizes)[0].cost)

@@ -53,26 +53,14 @@ def planned_share_sds(design: str, seed: int) -> np.ndarray:
                      for k in rounds])
 
 
-def isotonic_brackets(brackets: np.ndarray, pooled_shares: np.ndarray, *, shared: bool = False) -> np.ndarray:
-    """The prototype cut: per level, a monotone (isotonic) fit to its bracket's noisy shares, cut at the first
-    threshold whose fitted share reaches the level."""
+def isotonic_cut(edges: np.ndarray, shares: np.ndarray, p: float) -> list[float]:
+    """The prototype cut (for ``newton.quartile_brackets(..., cut=)``): a monotone (isotonic) fit to a bracket's
+    noisy shares, cut at the first threshold whose fitted share reaches the level."""
     from sklearn.isotonic import IsotonicRegression
 
-    from fdp_flower.algorithms.fdp_admm import newton as N
-
-    def cut(edges, shares, p):
-        fitted = IsotonicRegression().fit_transform(np.arange(len(shares)), shares)
-        j = int(np.searchsorted(fitted, p, side="left"))
-        return [edges[j], edges[j + 1]]
-
-    shares = np.asarray(pooled_shares, float)
-    if N._joint(brackets, shared):
-        a, b = brackets[0]
-        edges = np.r_[a, N.quartile_thresholds(brackets, shared=True), b]
-        return np.asarray([cut(edges, shares, p) for p in N.LEVELS])
-    thresholds = N.quartile_thresholds(brackets).reshape(len(N.LEVELS), N.THRESHOLDS_PER_LEVEL)
-    shares = shares.reshape(len(N.LEVELS), N.THRESHOLDS_PER_LEVEL)
-    return np.asarray([cut(np.r_[a, t, b], s, p) for (a, b), t, s, p in zip(brackets, thresholds, shares, N.LEVELS)])
+    fitted = IsotonicRegression().fit_transform(np.arange(len(shares)), shares)
+    j = int(np.searchsorted(fitted, p, side="left"))
+    return [edges[j], edges[j + 1]]
 
 
 def search(response: np.ndarray, sds: np.ndarray, rng: np.random.Generator, cut) -> tuple[float, float]:
@@ -84,7 +72,8 @@ def search(response: np.ndarray, sds: np.ndarray, rng: np.random.Generator, cut)
     for sd in sds:
         thresholds = N.quartile_thresholds(brackets, shared=True)
         shares = np.searchsorted(ordered, np.sinh(thresholds), side="right") / ordered.size
-        brackets = cut(brackets, shares + sd * rng.standard_normal(thresholds.size), shared=True)
+        brackets = N.quartile_brackets(brackets, shares + sd * rng.standard_normal(thresholds.size), shared=True,
+                                       cut=cut)
     return N.location_and_scale(np.sinh(brackets))
 
 
@@ -101,7 +90,7 @@ def main() -> None:
         response = D.draw(design, seed, RECORDS).response
         q1, median, q3 = np.quantile(response, [0.25, 0.5, 0.75])
         scale = (q3 - q1) / 1.349
-        for name, cut in (("package", N.quartile_brackets), ("isotonic cut (prototype)", isotonic_brackets)):
+        for name, cut in (("package", N.robust_cut), ("isotonic cut (prototype)", isotonic_cut)):
             rng = np.random.default_rng(seed)
             found = np.array([search(response, sds, rng, cut) for _ in range(args.searches)])
             gross = (np.abs(found[:, 0] - median) / scale > 1.0) | (np.abs(np.log(found[:, 1] / scale)) > np.log(2))

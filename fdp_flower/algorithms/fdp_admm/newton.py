@@ -307,7 +307,7 @@ def unbounded_resolution(location: float, rounds: int = UNBOUNDED_LOCATION_ROUND
     return float(math.sqrt(1.0 + float(location) ** 2) * width_u)
 
 
-def _robust_cut(edges: np.ndarray, shares: np.ndarray, p: float) -> list[float]:
+def robust_cut(edges: np.ndarray, shares: np.ndarray, p: float) -> list[float]:
     """The cell of ``edges`` (the bracket's ends around its thresholds) that disagrees with the fewest shares:
     shares left of the cut should be < p, those right of it >= p."""
     above = (shares >= p).astype(int)
@@ -316,19 +316,22 @@ def _robust_cut(edges: np.ndarray, shares: np.ndarray, p: float) -> list[float]:
     return [edges[j], edges[j + 1]]
 
 
-def quartile_brackets(brackets: np.ndarray, pooled_shares: np.ndarray, *, shared: bool = False) -> np.ndarray:
+def quartile_brackets(brackets: np.ndarray, pooled_shares: np.ndarray, *, shared: bool = False,
+                      cut=robust_cut) -> np.ndarray:
     """The next brackets of the levels 0.25 and 0.75 from the pooled noisy shares at their thresholds: per
     level, the sub-interval (cut j) that disagrees with the fewest shares -- shares left of the cut should
     be < p, those right of it >= p -- robust to one noisy share (a wrong cut lies next to the quantile).
-    ``shared``: as :func:`quartile_thresholds` (both levels cut the one bracket's 7 cells with all 6 shares)."""
+    ``shared``: as :func:`quartile_thresholds` (both levels cut the one bracket's 7 cells with all 6 shares).
+    ``cut(edges, shares, p)``: the rule that picks a level's cell (the package's is :func:`robust_cut`; the
+    benchmark benchmarks/estimates_location_search.py compares another)."""
     shares = np.asarray(pooled_shares, float)
     if _joint(brackets, shared):
         a, b = brackets[0]
         edges = np.r_[a, quartile_thresholds(brackets, shared=True), b]
-        return np.asarray([_robust_cut(edges, shares, p) for p in LEVELS])
+        return np.asarray([cut(edges, shares, p) for p in LEVELS])
     thresholds = quartile_thresholds(brackets).reshape(len(LEVELS), THRESHOLDS_PER_LEVEL)
     shares = shares.reshape(len(LEVELS), THRESHOLDS_PER_LEVEL)
-    return np.asarray([_robust_cut(np.r_[a, points, b], s, p)
+    return np.asarray([cut(np.r_[a, points, b], s, p)
                        for (a, b), points, s, p in zip(brackets, thresholds, shares, LEVELS)])
 
 
